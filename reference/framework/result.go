@@ -1,0 +1,37 @@
+package framework
+
+// ProfileRunResult is what one scheduling profile picked: ordered target endpoints, the first is
+// the pick and the rest are fallbacks.
+type ProfileRunResult struct {
+	TargetEndpoints []*Endpoint
+}
+
+// SchedulingResult is the result of one scheduling cycle: the results of every profile that ran
+// and the name of the primary profile, whose first target is where the request goes.
+type SchedulingResult struct {
+	ProfileResults     map[string]*ProfileRunResult
+	PrimaryProfileName string
+}
+
+// Primary returns the primary profile's result, or nil.
+func (r *SchedulingResult) Primary() *ProfileRunResult {
+	if r == nil {
+		return nil
+	}
+	return r.ProfileResults[r.PrimaryProfileName]
+}
+
+// WeightedScorer is a scorer with its weight in a profile.
+type WeightedScorer struct {
+	Scorer
+	Weight float64
+}
+
+// SchedulerProfile is one named scheduling profile: filters run in order, then the weighted
+// scorers, then the picker.
+type SchedulerProfile struct {
+	Name    string
+	Filters []Filter
+	Scorers []WeightedScorer
+	Picker  Picker
+}
