@@ -171,3 +171,15 @@ type ResponseCompletePlugin interface {
 	Plugin
 	ResponseComplete(ctx context.Context, req *LLMRequest, resp *Response)
 }
+
+// ProducerParametersCarrier is implemented by a consumer that carries parameters meant for the
+// default producer of a key it consumes. It exists for old configs: an upstream
+// `prefix-cache-scorer` with `blockSize`, `maxPrefixBlocksToMatch`, ... from before the producer
+// split (SPEC §2.3). When the runtime auto-creates the default producer of key, it builds it with
+// these parameters and logs a deprecation warning; when a configured producer of key exists and
+// its parameters disagree with these on any field, building the runtime fails naming both plugins.
+type ProducerParametersCarrier interface {
+	DataConsumer
+	// ProducerParameters returns the JSON object of parameters for key's producer, or nil.
+	ProducerParameters(key string) json.RawMessage
+}
