@@ -154,11 +154,12 @@ func (p *Plugin) Score(_ context.Context, cycle *framework.CycleState, req *fram
 	scores := make(map[string]float64, len(endpoints))
 	total := len(hashes)
 	for _, ep := range endpoints {
+		key := ep.Key()
 		if total == 0 {
-			scores[ep.Key()] = 0
+			scores[key] = 0
 			continue
 		}
-		scores[ep.Key()] = float64(st.Matches[ep.Key()]) / float64(total)
+		scores[key] = float64(st.Matches[key]) / float64(total)
 	}
 	return scores
 }

@@ -24,7 +24,7 @@ type fakeHandle struct {
 	oneMu chan struct{}
 }
 
-func newFakeHandle(t *testing.T) *fakeHandle {
+func newFakeHandle(t testing.TB) *fakeHandle {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
