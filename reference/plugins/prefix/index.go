@@ -1,0 +1,234 @@
+package prefix
+
+import (
+	"slices"
+	"sync"
+
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+)
+
+// DefaultLRUCapacityPerServer is the default number of block hashes the index keeps per endpoint
+// (GIE v1.5.0 approximateprefix/types.go defaultLRUCapacityPerServer: 31,250 blocks ≈ 500K tokens
+// of a Llama-3-8B KV cache on an H100 at 16 tokens per block).
+const DefaultLRUCapacityPerServer = 31250
+
+// Index is the approximate view of which endpoint holds which prefix block (SPEC §2.2): per
+// endpoint (identified by Endpoint.Key(), "ip:port") an LRU of block hashes, and a reverse map
+// hash → endpoints that the LRUs' eviction callbacks keep equal to the union of the LRUs.
+// Indexing is synchronous: when Add returns, Match sees the hashes. Safe for concurrent use.
+type Index struct {
+	defaultCapacity int
+
+	mu      sync.RWMutex
+	lrus    map[string]*simplelru.LRU[uint64, struct{}]
+	caps    map[string]int
+	holders map[uint64]map[string]struct{}
+}
+
+// NewIndex returns an empty index whose endpoints get defaultCapacity entries unless Add is given
+// a capacity. defaultCapacity ≤ 0 means DefaultLRUCapacityPerServer.
+func NewIndex(defaultCapacity int) *Index {
+	if defaultCapacity <= 0 {
+		defaultCapacity = DefaultLRUCapacityPerServer
+	}
+	return &Index{
+		defaultCapacity: defaultCapacity,
+		lrus:            map[string]*simplelru.LRU[uint64, struct{}]{},
+		caps:            map[string]int{},
+		holders:         map[uint64]map[string]struct{}{},
+	}
+}
+
+// Add records that endpoint holds hashes, inserting them in order (so block 0 is the least
+// recently used of the request and is evicted first, as in GIE v1.5.0). capacity is used only
+// when this is the endpoint's first Add (≤ 0 means the index default); afterwards the
+// endpoint's capacity stays fixed. As in GIE v1.5.0 indexer.Add, the first Add creates the
+// endpoint's LRU even when hashes is empty.
+func (ix *Index) Add(endpoint string, capacity int, hashes []uint64) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	l, ok := ix.lrus[endpoint]
+	if !ok {
+		if capacity <= 0 {
+			capacity = ix.defaultCapacity
+		}
+		// NewLRU fails only for size ≤ 0, excluded above.
+		l, _ = simplelru.NewLRU[uint64, struct{}](capacity, func(h uint64, _ struct{}) {
+			ix.dropHolderLocked(h, endpoint)
+		})
+		ix.lrus[endpoint] = l
+		ix.caps[endpoint] = capacity
+	}
+	for _, h := range hashes {
+		set := ix.holders[h]
+		if set == nil {
+			set = map[string]struct{}{}
+			ix.holders[h] = set
+		}
+		set[endpoint] = struct{}{}
+		// Add may evict the oldest hash, possibly one inserted earlier in this loop; the callback
+		// removes it from the reverse map, so both stay equal.
+		l.Add(h, struct{}{})
+	}
+}
+
+// dropHolderLocked removes endpoint from the holders of h. Called with ix.mu held (from the LRU
+// eviction callback, which runs synchronously inside Add, Remove and Purge).
+func (ix *Index) dropHolderLocked(h uint64, endpoint string) {
+	set, ok := ix.holders[h]
+	if !ok {
+		return
+	}
+	delete(set, endpoint)
+	if len(set) == 0 {
+		delete(ix.holders, h)
+	}
+}
+
+// Match returns, for every endpoint holding at least one of the leading blocks, its match length
+// in blocks: walking hashes from block 0 and stopping at the first hash no endpoint in the whole
+// index holds, the number of hashes before that point the endpoint holds (GIE v1.5.0
+// matchLongestPrefix). Endpoints with no match are absent from the map.
+func (ix *Index) Match(hashes []uint64) map[string]int {
+	res := map[string]int{}
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	for _, h := range hashes {
+		set := ix.holders[h]
+		if len(set) == 0 {
+			break
+		}
+		for ep := range set {
+			res[ep]++
+		}
+	}
+	return res
+}
+
+// MatchLen returns Match(hashes)[endpoint].
+func (ix *Index) MatchLen(hashes []uint64, endpoint string) int {
+	n := 0
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	for _, h := range hashes {
+		set := ix.holders[h]
+		if len(set) == 0 {
+			break
+		}
+		if _, ok := set[endpoint]; ok {
+			n++
+		}
+	}
+	return n
+}
+
+// RemoveEndpoint forgets an endpoint: its LRU and every reverse-map entry that names it.
+// Removing an unknown endpoint is a no-op.
+func (ix *Index) RemoveEndpoint(endpoint string) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	l, ok := ix.lrus[endpoint]
+	if !ok {
+		return
+	}
+	l.Purge() // runs the eviction callback for every hash
+	delete(ix.lrus, endpoint)
+	delete(ix.caps, endpoint)
+}
+
+// RetainOnly removes every endpoint not in keep and returns the removed keys, sorted.
+func (ix *Index) RetainOnly(keep map[string]struct{}) []string {
+	var gone []string
+	for _, ep := range ix.Endpoints() {
+		if _, ok := keep[ep]; !ok {
+			gone = append(gone, ep)
+		}
+	}
+	for _, ep := range gone {
+		ix.RemoveEndpoint(ep)
+	}
+	return gone
+}
+
+// Endpoints returns the keys of the endpoints the index tracks, sorted.
+func (ix *Index) Endpoints() []string {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	out := make([]string, 0, len(ix.lrus))
+	for ep := range ix.lrus {
+		out = append(out, ep)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Capacity returns the LRU capacity (in blocks) fixed for endpoint at its first insert, and
+// whether the index tracks the endpoint.
+func (ix *Index) Capacity(endpoint string) (int, bool) {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	c, ok := ix.caps[endpoint]
+	return c, ok
+}
+
+// Contents returns a copy of every tracked endpoint's block hashes, each list sorted ascending;
+// an endpoint whose LRU is empty maps to an empty, non-nil slice. Meant for tests and the
+// equivalence suite.
+func (ix *Index) Contents() map[string][]uint64 {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	out := make(map[string][]uint64, len(ix.lrus))
+	for ep, l := range ix.lrus {
+		keys := l.Keys()
+		if keys == nil {
+			keys = []uint64{}
+		}
+		slices.Sort(keys)
+		out[ep] = keys
+	}
+	return out
+}
+
+// Holders returns the endpoints that hold hash h according to the reverse map, sorted.
+func (ix *Index) Holders(h uint64) []string {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	out := make([]string, 0, len(ix.holders[h]))
+	for ep := range ix.holders[h] {
+		out = append(out, ep)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// ReverseMap returns a copy of the reverse map hash → endpoints (each list sorted). With
+// Contents it lets tests check that the two views agree.
+func (ix *Index) ReverseMap() map[uint64][]string {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	out := make(map[uint64][]string, len(ix.holders))
+	for h, set := range ix.holders {
+		eps := make([]string, 0, len(set))
+		for ep := range set {
+			eps = append(eps, ep)
+		}
+		slices.Sort(eps)
+		out[h] = eps
+	}
+	return out
+}
+
+// Size returns the total number of (endpoint, hash) entries over all LRUs.
+func (ix *Index) Size() int {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	n := 0
+	for _, l := range ix.lrus {
+		n += l.Len()
+	}
+	return n
+}
+
+// Flush is a barrier for callers written against an asynchronous index. Indexing here is
+// synchronous, so it returns at once; after any Add has returned its hashes are visible.
+func (ix *Index) Flush() {}

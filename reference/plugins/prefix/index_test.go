@@ -1,0 +1,175 @@
+package prefix
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// checkConsistent fails when the reverse map is not exactly the union of the LRUs.
+func checkConsistent(t *testing.T, ix *Index) {
+	t.Helper()
+	want := map[uint64][]string{}
+	for ep, hs := range ix.Contents() {
+		for _, h := range hs {
+			want[h] = append(want[h], ep)
+		}
+	}
+	for h := range want {
+		sort.Strings(want[h])
+	}
+	if diff := cmp.Diff(want, ix.ReverseMap()); diff != "" {
+		t.Fatalf("reverse map disagrees with the LRUs (-lru union +reverse):\n%s", diff)
+	}
+}
+
+func TestIndexEviction(t *testing.T) {
+	tests := []struct {
+		name     string
+		capacity int
+		adds     [][]uint64 // successive Add calls on endpoint "a"
+		want     []uint64
+	}{
+		{"under capacity", 5, [][]uint64{{1, 2, 3}}, []uint64{1, 2, 3}},
+		{"one request longer than capacity keeps its tail", 3, [][]uint64{{1, 2, 3, 4, 5}}, []uint64{3, 4, 5}},
+		{"oldest request evicted first", 4, [][]uint64{{1, 2}, {3, 4}, {5, 6}}, []uint64{3, 4, 5, 6}},
+		{"re-adding refreshes recency", 3, [][]uint64{{1, 2, 3}, {1}, {4}}, []uint64{1, 3, 4}},
+		{"capacity one", 1, [][]uint64{{7, 8, 9}}, []uint64{9}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ix := NewIndex(99)
+			for _, hs := range tc.adds {
+				ix.Add("a", tc.capacity, hs)
+				ix.Add("b", 100, hs) // a second endpoint shares every hash; it must survive a's evictions
+			}
+			if diff := cmp.Diff(tc.want, ix.Contents()["a"]); diff != "" {
+				t.Fatalf("contents of a (-want +got):\n%s", diff)
+			}
+			checkConsistent(t, ix)
+			for _, hs := range tc.adds {
+				for _, h := range hs {
+					if got := ix.Holders(h); len(got) == 0 || got[len(got)-1] != "b" {
+						t.Fatalf("hash %d lost its other holder b: %v", h, got)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestIndexCapacityFixedAtFirstInsert(t *testing.T) {
+	ix := NewIndex(0)
+	ix.Add("a", 2, nil) // no hashes: still the first Add, fixes the capacity (as v1.5.0)
+	if c, ok := ix.Capacity("a"); !ok || c != 2 {
+		t.Fatalf("empty first Add: capacity %d, tracked %v", c, ok)
+	}
+	if got, ok := ix.Contents()["a"]; !ok || got == nil || len(got) != 0 {
+		t.Fatalf("empty LRU contents = %#v, %v; want empty non-nil", got, ok)
+	}
+	ix.Add("a", 9, []uint64{1})
+	ix.Add("a", 50, []uint64{2, 3})
+	if c, _ := ix.Capacity("a"); c != 2 {
+		t.Fatalf("capacity = %d, want 2 (fixed at first insert)", c)
+	}
+	if diff := cmp.Diff([]uint64{2, 3}, ix.Contents()["a"]); diff != "" {
+		t.Fatalf("(-want +got):\n%s", diff)
+	}
+	ix.Add("b", 0, []uint64{1})
+	if c, _ := ix.Capacity("b"); c != DefaultLRUCapacityPerServer {
+		t.Fatalf("default capacity = %d, want %d", c, DefaultLRUCapacityPerServer)
+	}
+}
+
+func TestIndexRemoveEndpoint(t *testing.T) {
+	ix := NewIndex(10)
+	ix.Add("a", 0, []uint64{1, 2, 3})
+	ix.Add("b", 0, []uint64{2, 3, 4})
+	ix.Add("c", 0, []uint64{9})
+	ix.RemoveEndpoint("a")
+	ix.RemoveEndpoint("nope")
+	checkConsistent(t, ix)
+	if got := ix.Holders(1); len(got) != 0 {
+		t.Fatalf("hash 1 still held by %v", got)
+	}
+	if diff := cmp.Diff([]string{"b"}, ix.Holders(2)); diff != "" {
+		t.Fatalf("(-want +got):\n%s", diff)
+	}
+	gone := ix.RetainOnly(map[string]struct{}{"b": {}})
+	if diff := cmp.Diff([]string{"c"}, gone); diff != "" {
+		t.Fatalf("RetainOnly removed (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"b"}, ix.Endpoints()); diff != "" {
+		t.Fatalf("endpoints (-want +got):\n%s", diff)
+	}
+	checkConsistent(t, ix)
+	if ix.Size() != 3 {
+		t.Fatalf("size = %d, want 3", ix.Size())
+	}
+}
+
+// TestIndexMatchGlobalStop checks the match rule: walk from block 0, stop at the first block no
+// endpoint in the whole index holds (candidates or not), count per endpoint the blocks it holds.
+func TestIndexMatchGlobalStop(t *testing.T) {
+	query := []uint64{10, 11, 12, 13, 14}
+	tests := []struct {
+		name  string
+		holds map[string][]uint64
+		want  map[string]int
+	}{
+		{"empty index", nil, map[string]int{}},
+		{"leading runs", map[string][]uint64{"a": {10, 11, 12}, "b": {10}}, map[string]int{"a": 3, "b": 1}},
+		{"block 0 unheld stops everything", map[string][]uint64{"a": {11, 12, 13}}, map[string]int{}},
+		{"another endpoint bridges a's gap", map[string][]uint64{"a": {10, 12}, "b": {11}}, map[string]int{"a": 2, "b": 1}},
+		{"stop at first globally unheld block", map[string][]uint64{"a": {10, 11, 13, 14}, "b": {10}}, map[string]int{"a": 2, "b": 1}},
+		{"full match", map[string][]uint64{"a": query}, map[string]int{"a": 5}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ix := NewIndex(100)
+			for ep, hs := range tc.holds {
+				ix.Add(ep, 0, hs)
+			}
+			got := ix.Match(query)
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Fatalf("Match (-want +got):\n%s", diff)
+			}
+			for _, ep := range []string{"a", "b", "z"} {
+				if ml := ix.MatchLen(query, ep); ml != tc.want[ep] {
+					t.Fatalf("MatchLen(%s) = %d, want %d", ep, ml, tc.want[ep])
+				}
+			}
+		})
+	}
+}
+
+func TestIndexConcurrent(t *testing.T) {
+	ix := NewIndex(64)
+	seed := uint64(7)
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(seed, uint64(w)))
+			ep := fmt.Sprintf("10.0.0.%d:8000", w%3)
+			for i := 0; i < 500; i++ {
+				hs := []uint64{r.Uint64N(200), r.Uint64N(200), r.Uint64N(200)}
+				switch r.IntN(4) {
+				case 0:
+					ix.RemoveEndpoint(ep)
+				case 1:
+					ix.Match(hs)
+				default:
+					ix.Add(ep, 0, hs)
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	checkConsistent(t, ix)
+}

@@ -1,0 +1,96 @@
+package prefix
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"math"
+
+	"github.com/eppkit/eppkit/reference/framework"
+)
+
+// Scorer is the prefix-cache-scorer: score = MatchBlocks / TotalBlocks of the endpoint's
+// *PrefixCacheMatchInfo, in [0,1]; 0 when TotalBlocks is 0 or the attribute is missing or of
+// another type; never NaN (GIE v1.5.0 scheduling/scorer/prefix/plugin.go).
+//
+// For old configs it accepts the producer's parameters (blockSize, blockSizeTokens, autoTune,
+// maxPrefixBlocksToMatch, maxPrefixTokensToMatch, lruCapacityPerServer), validates them as the
+// producer does, and hands them to the auto-created producer through
+// framework.ProducerParametersCarrier; the runtime logs the deprecation warning (GIE v1.5.0
+// config/loader/configloader.go passes the scorer's parameters to the producer it creates).
+type Scorer struct {
+	typedName      framework.TypedName
+	producerParams json.RawMessage
+}
+
+var (
+	_ framework.Scorer                    = (*Scorer)(nil)
+	_ framework.ProducerParametersCarrier = (*Scorer)(nil)
+)
+
+// ScorerFactory is the framework.FactoryFunc of prefix-cache-scorer. params, when given, must
+// be valid approx-prefix-cache-producer parameters (decoded strictly; errors name the field).
+func ScorerFactory(name string, params json.RawMessage, _ framework.Handle) (framework.Plugin, error) {
+	return NewScorer(name, params)
+}
+
+// NewScorer builds a scorer; name "" means ScorerType. producerParams are the deprecated
+// producer parameters given to the scorer (nil or empty for none).
+func NewScorer(name string, producerParams json.RawMessage) (*Scorer, error) {
+	if name == "" {
+		name = ScorerType
+	}
+	s := &Scorer{typedName: framework.TypedName{Type: ScorerType, Name: name}}
+	trimmed := bytes.TrimSpace(producerParams)
+	if len(trimmed) == 0 || bytes.Equal(trimmed, []byte("null")) {
+		return s, nil
+	}
+	if _, err := DecodeProducerParameters(trimmed); err != nil {
+		return nil, err
+	}
+	s.producerParams = json.RawMessage(bytes.Clone(trimmed))
+	return s, nil
+}
+
+// TypedName returns the plugin's type and name.
+func (s *Scorer) TypedName() framework.TypedName { return s.typedName }
+
+// Consumes declares PrefixCacheMatchInfoKey with type *PrefixCacheMatchInfo.
+func (s *Scorer) Consumes() map[string]any {
+	return map[string]any{PrefixCacheMatchInfoKey: (*PrefixCacheMatchInfo)(nil)}
+}
+
+// ProducerParameters returns the producer parameters the scorer was configured with, for key
+// PrefixCacheMatchInfoKey; nil for other keys or when none were given.
+func (s *Scorer) ProducerParameters(key string) json.RawMessage {
+	if key != PrefixCacheMatchInfoKey || s.producerParams == nil {
+		return nil
+	}
+	return bytes.Clone(s.producerParams)
+}
+
+// Score returns MatchBlocks/TotalBlocks per endpoint key (see Scorer).
+func (s *Scorer) Score(_ context.Context, _ *framework.CycleState, _ *framework.LLMRequest, endpoints []*framework.Endpoint) map[string]float64 {
+	out := make(map[string]float64, len(endpoints))
+	for _, ep := range endpoints {
+		if ep == nil || ep.Metadata == nil {
+			continue
+		}
+		out[ep.Key()] = MatchScore(ep)
+	}
+	return out
+}
+
+// MatchScore is the score of one endpoint: MatchBlocks/TotalBlocks of its *PrefixCacheMatchInfo
+// clamped to [0,1], or 0 when the attribute is missing, mistyped, nil or has TotalBlocks ≤ 0.
+func MatchScore(ep *framework.Endpoint) float64 {
+	info, ok := framework.AttributeAs[*PrefixCacheMatchInfo](ep, PrefixCacheMatchInfoKey)
+	if !ok || info == nil || info.TotalBlocks <= 0 || info.MatchBlocks <= 0 {
+		return 0
+	}
+	v := float64(info.MatchBlocks) / float64(info.TotalBlocks)
+	if math.IsNaN(v) {
+		return 0
+	}
+	return min(v, 1)
+}
