@@ -1,0 +1,164 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/eppkit/eppkit/fakes/fleet"
+	"github.com/eppkit/eppkit/fakes/vllm"
+)
+
+func init() { subcommands = append(subcommands, newFakeVLLMCommand) }
+
+// shutdownGrace is how long SIGINT/SIGTERM waits for open requests before closing them.
+const shutdownGrace = 5 * time.Second
+
+func newFakeVLLMCommand() *cobra.Command {
+	cfg := vllm.DefaultConfig()
+	cmd := &cobra.Command{
+		Use:   "fake-vllm --model NAME [llm-d-inference-sim flags]",
+		Short: "Run a fake vLLM server compatible with llm-d-inference-sim v0.10.2's flags",
+		Long: `Run a fake vLLM GPU server: OpenAI completions and chat completions (JSON or SSE), /v1/models,
+LoRA load/unload, /health, /metrics (vllm:* names), /admin/config, failure injection.
+
+Flags are llm-d-inference-sim v0.10.2's (durations as Go strings such as 10ms; a bare integer is
+taken as milliseconds, as older simulator releases did). Multi-value flags take space-separated
+values as the simulator does: --lora-modules '{"name": "a"}' '{"name": "b"}'. Simulator flags this
+fake does not model are accepted and ignored with a warning. SIGINT/SIGTERM shut down cleanly.`,
+		DisableFlagParsing: true,
+		SilenceUsage:       true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if wantsHelp(args) {
+				return cmd.Help()
+			}
+			return runFakeVLLM(cmd, args)
+		},
+	}
+	vllm.BindFlags(cmd.Flags(), &cfg)
+	cmd.AddCommand(newFakeVLLMFleetCommand(), newFakeVLLMLoadtestCommand())
+	return cmd
+}
+
+func wantsHelp(args []string) bool {
+	return slices.ContainsFunc(args, func(a string) bool { return a == "--help" || a == "-h" || a == "--help=true" })
+}
+
+// parseServerFlags parses args (simulator style) into a validated Config, printing warnings.
+func parseServerFlags(name string, args []string, extra func(fs *pflag.FlagSet), stderr io.Writer) (vllm.Config, error) {
+	cfg := vllm.DefaultConfig()
+	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fv := vllm.BindFlags(fs, &cfg)
+	if extra != nil {
+		extra(fs)
+	}
+	if err := fs.Parse(vllm.NormalizeArgs(args)); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	warnings, err := fv.Finish()
+	for _, w := range warnings {
+		fmt.Fprintln(stderr, "warning:", w)
+	}
+	return cfg, err
+}
+
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
+
+func runFakeVLLM(cmd *cobra.Command, args []string) error {
+	cfg, err := parseServerFlags("fake-vllm", args, nil, cmd.ErrOrStderr())
+	if err != nil {
+		return err
+	}
+	logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+	inst, err := vllm.Start(cfg, vllm.Options{Logger: logger})
+	if err != nil {
+		return err
+	}
+	for _, r := range inst.Ranks {
+		logger.Info("fake vLLM serving", "model", cfg.Model, "rank", r.Rank(), "addr", r.Addr(), "pod", cfg.PodName, "seed", cfg.Seed)
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	select {
+	case <-ctx.Done():
+	case <-inst.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+	if err := inst.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return nil
+}
+
+func newFakeVLLMFleetCommand() *cobra.Command {
+	cfg := vllm.DefaultConfig()
+	var count int
+	var prefix string
+	var distinct bool
+	addFleetFlags := func(fs *pflag.FlagSet) {
+		fs.IntVar(&count, "count", 4, "Number of servers")
+		fs.StringVar(&prefix, "ip-prefix", fleet.DefaultIPPrefix, "Loopback prefix: server i listens on <prefix><i+1>")
+		fs.BoolVar(&distinct, "distinct-ports", false, "Use distinct ports on 127.0.0.1 instead of loopback aliases")
+	}
+	cmd := &cobra.Command{
+		Use:   "fleet --count N --model NAME [llm-d-inference-sim flags]",
+		Short: "Run N fake vLLM servers, one per loopback address (127.0.10.1, .2, …) on the same port",
+		Long: `Run N fake vLLM servers like the pods of an InferencePool: server i on 127.0.10.(i+1) at --port
+(default 8000 on every address; 0 picks a free port), pod name fake-vllm-i. Where loopback aliases do not bind, servers use distinct
+ports on 127.0.0.1. Takes every fake-vllm flag. SIGINT/SIGTERM shut down cleanly.`,
+		DisableFlagParsing: true,
+		SilenceUsage:       true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if wantsHelp(args) {
+				return cmd.Help()
+			}
+			base, err := parseServerFlags("fleet", args, addFleetFlags, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+			f, err := fleet.Start(fleet.Options{Count: count, Base: base, Port: base.Port, IPPrefix: prefix,
+				DistinctPorts: distinct, Namespace: base.PodNamespace, Logger: logger})
+			if err != nil {
+				return err
+			}
+			ctx, stop := signalContext()
+			defer stop()
+			if err := f.WaitHealthy(ctx); err != nil {
+				f.Close()
+				return err
+			}
+			for _, m := range f.Members() {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s\t%s\n", m.Name, strings.Join(m.RankURLs(), " "))
+			}
+			<-ctx.Done()
+			sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+			defer cancel()
+			if err := f.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+				return err
+			}
+			return nil
+		},
+	}
+	vllm.BindFlags(cmd.Flags(), &cfg)
+	addFleetFlags(cmd.Flags())
+	return cmd
+}

@@ -1,0 +1,285 @@
+package vllm
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/spf13/pflag"
+)
+
+// IgnoredFlag is a flag llm-d-inference-sim accepts and this fake does not model.
+type IgnoredFlag struct {
+	// Name is the flag name without dashes.
+	Name string
+	// Bool flags take no value (a following argument is not consumed).
+	Bool bool
+}
+
+// IgnoredSimFlags are llm-d-inference-sim's flags (pkg/common/parser.go ParseCommandParamsAndLoadConfig,
+// v0.10.x) that are accepted and ignored with a warning: P/D transfer latencies, tool-call
+// generation, KV events over ZMQ, datasets, tokenizer service, TLS, sleep mode, multimodal and
+// the flags the simulator itself ignores.
+var IgnoredSimFlags = []IgnoredFlag{
+	{Name: "kv-cache-transfer-latency"},
+	{Name: "kv-cache-transfer-latency-std-dev"}, {Name: "kv-cache-transfer-time-per-token"},
+	{Name: "kv-cache-transfer-time-std-dev"},
+	{Name: "max-tool-call-integer-param"}, {Name: "min-tool-call-integer-param"},
+	{Name: "max-tool-call-number-param"}, {Name: "min-tool-call-number-param"},
+	{Name: "max-tool-call-array-param-length"}, {Name: "min-tool-call-array-param-length"},
+	{Name: "tool-call-not-required-param-probability"},
+	{Name: "object-tool-call-not-required-field-probability"},
+	{Name: "tool-call-extra-call-probability"}, {Name: "skip-tool-validation", Bool: true},
+	{Name: "global-cache-hit-threshold"}, {Name: "hash-seed"}, {Name: "zmq-endpoint"},
+	{Name: "kv-events-replay-endpoint"}, {Name: "kv-events-replay-queue-size"},
+	{Name: "event-batch-size"}, {Name: "use-vllm-map-event-format", Bool: true},
+	{Name: "data-parallel-rank"},
+	{Name: "dataset-path"}, {Name: "dataset-url"}, {Name: "dataset-in-memory", Bool: true},
+	{Name: "dataset-table-name"},
+	{Name: "render-url"}, {Name: "render-timeout"}, {Name: "mm-render-timeout"},
+	{Name: "force-dummy-tokenizer", Bool: true}, {Name: "startup-duration"},
+	{Name: "enable-sleep-mode", Bool: true}, {Name: "no-enable-sleep-mode", Bool: true},
+	{Name: "enable-request-id-headers", Bool: true}, {Name: "log-http", Bool: true},
+	{Name: "ssl-certfile"}, {Name: "ssl-keyfile"}, {Name: "self-signed-certs", Bool: true},
+	{Name: "latency-calculator"}, {Name: "default-embedding-dimensions"},
+	{Name: "fake-metrics-refresh-interval"},
+	{Name: "mm-encoder-only", Bool: true}, {Name: "no-mm-encoder-only", Bool: true},
+	{Name: "omni", Bool: true}, {Name: "no-omni", Bool: true}, {Name: "image-emission-rate"},
+	{Name: "time-to-generate-image"}, {Name: "time-to-generate-image-std-dev"},
+	{Name: "mm-processor-kwargs"}, {Name: "ec-transfer-config"},
+	{Name: "enforce-eager", Bool: true}, {Name: "no-enforce-eager", Bool: true},
+	{Name: "enable-prefix-caching", Bool: true}, {Name: "no-enable-prefix-caching", Bool: true},
+	{Name: "tensor-parallel-size"}, {Name: "v"},
+}
+
+// multiValueFlags take space-separated values, as the simulator reads them from os.Args
+// (pkg/common/parser.go getParamValueFromArgs): every following argument up to the next one that
+// starts with "--".
+var multiValueFlags = []string{"served-model-name", "lora-modules", "fake-metrics", "failure-types"}
+
+// NormalizeArgs rewrites the simulator's space-separated multi-value flags
+// ("--lora-modules a b --port 1") into repeated "--lora-modules=a --lora-modules=b" so a pflag
+// FlagSet can parse them. A multi-value flag with no values becomes "--flag=" (cleared).
+func NormalizeArgs(args []string) []string {
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			out = append(out, args[i:]...)
+			break
+		}
+		name, isMulti := strings.CutPrefix(a, "--")
+		if !isMulti || !slices.Contains(multiValueFlags, name) {
+			out = append(out, a)
+			continue
+		}
+		n := 0
+		for i+1 < len(args) && !strings.HasPrefix(args[i+1], "--") {
+			i++
+			if args[i] == "" {
+				continue
+			}
+			out = append(out, "--"+name+"="+args[i])
+			n++
+		}
+		if n == 0 {
+			out = append(out, "--"+name+"=")
+		}
+	}
+	return out
+}
+
+// FlagValues holds the raw values of flags that Finish turns into Config fields.
+type FlagValues struct {
+	cfg          *Config
+	fs           *pflag.FlagSet
+	configFile   string
+	served       []string
+	loras        []string
+	fakeMetrics  []string
+	failureTypes []string
+	ignored      map[string]*string
+}
+
+// BindFlags registers the simulator's flags (names, value formats and defaults of
+// llm-d-inference-sim v0.10.x) and eppkit's additions on fs, writing into cfg, which should start
+// as DefaultConfig(). Call Finish after parsing.
+func BindFlags(fs *pflag.FlagSet, cfg *Config) *FlagValues {
+	v := &FlagValues{cfg: cfg, fs: fs, ignored: map[string]*string{}}
+	fs.StringVar(&v.configFile, "config", "", "Path to a YAML configuration file (simulator keys); command-line values override it")
+	fs.IntVar(&cfg.Port, "port", cfg.Port, "Port of rank 0; rank i listens on port+i")
+	fs.StringVar(&cfg.Model, "model", cfg.Model, "Base model name (required; env SIM_MODEL when the flag is absent)")
+	fs.StringArrayVar(&v.served, "served-model-name", nil, "Model names exposed by the API (space-separated list); default: --model")
+	fs.IntVar(&cfg.MaxNumSeqs, "max-num-seqs", cfg.MaxNumSeqs, "Maximum number of requests running at once")
+	fs.IntVar(&cfg.MaxWaitingQueueLength, "max-waiting-queue-length", cfg.MaxWaitingQueueLength, "Maximum length of the waiting queue; a full queue answers 429")
+	fs.IntVar(&cfg.MaxLoras, "max-loras", cfg.MaxLoras, "Maximum number of LoRAs in a single batch")
+	fs.IntVar(&cfg.MaxCPULoras, "max-cpu-loras", cfg.MaxCPULoras, "Maximum number of LoRAs loaded (default: --max-loras)")
+	fs.IntVar(&cfg.MaxModelLen, "max-model-len", cfg.MaxModelLen, "Context window in tokens (prompt + output)")
+	fs.StringArrayVar(&v.loras, "lora-modules", nil, `LoRA adapters, space-separated JSON strings like '{"name": "food-review-1"}'`)
+	fs.StringVar(&cfg.Mode, "mode", cfg.Mode, "Response text: echo (the prompt, or the last chat message) or random (sentences from a bank)")
+	fs.Var(&cfg.InterTokenLatency, "inter-token-latency", "Time between output tokens, e.g. 10ms (a bare integer is ms)")
+	fs.Var(&cfg.InterTokenLatencyStdDev, "inter-token-latency-std-dev", "Standard deviation of the inter-token latency (≤ 30% of it)")
+	fs.Var(&cfg.TimeToFirstToken, "time-to-first-token", "Time to first token, e.g. 100ms; when set, replaces the prefill model")
+	fs.Var(&cfg.TimeToFirstTokenStdDev, "time-to-first-token-std-dev", "Standard deviation of the time to first token (≤ 30% of it)")
+	fs.Var(&cfg.PrefillOverhead, "prefill-overhead", "Fixed prefill time, e.g. 30ms (ignored when --time-to-first-token is set)")
+	fs.Var(&cfg.PrefillTimePerToken, "prefill-time-per-token", "Prefill time per uncached prompt token, e.g. 250us")
+	fs.Var(&cfg.PrefillTimeStdDev, "prefill-time-std-dev", "Standard deviation of the prefill time, e.g. 5ms")
+	fs.Float64Var(&cfg.TimeFactorUnderLoad, "time-factor-under-load", cfg.TimeFactorUnderLoad, "Latency factor at max-num-seqs running requests (≥ 1.0)")
+	fs.Int64Var(&cfg.Seed, "seed", cfg.Seed, "Random seed (default: current time in ns)")
+	fs.BoolVar(&cfg.EnableKVCache, "enable-kvcache", cfg.EnableKVCache, "Enable the KV cache model: prefix-cache hits, cached_tokens, prefix cache metrics")
+	fs.IntVar(&cfg.KVCacheSize, "kv-cache-size", cfg.KVCacheSize, "KV cache size in blocks")
+	fs.IntVar(&cfg.BlockSize, "block-size", cfg.BlockSize, "Tokens per KV block: 8, 16, 32, 64 or 128")
+	fs.StringArrayVar(&v.fakeMetrics, "fake-metrics", nil, `Pinned metrics, JSON: {"running-requests":N,"waiting-requests":N,"kv-cache-usage":F,"loras":[{"running":"a","waiting":"","timestamp":T}]}`)
+	fs.IntVar(&cfg.FailureInjectionRate, "failure-injection-rate", cfg.FailureInjectionRate, "Percentage (0-100) of requests that fail")
+	fs.StringArrayVar(&v.failureTypes, "failure-types", nil, "Failure kinds to inject (space-separated): "+strings.Join(AllFailureTypes, ", ")+"; default: the simulator's six")
+	fs.IntVar(&cfg.DPSize, "data-parallel-size", cfg.DPSize, "Number of data-parallel ranks (1-8); rank i listens on port+i")
+	fs.IntVar(&cfg.MaxRequestBodySizeMB, "max-request-body-size-mb", cfg.MaxRequestBodySizeMB, "Maximum request body size in MB (1-512); larger bodies get 413")
+	// eppkit additions.
+	fs.StringVar(&cfg.Host, "host", cfg.Host, "[eppkit] Listen address")
+	fs.StringVar(&cfg.PodName, "pod-name", cfg.PodName, "[eppkit] Pod name for x-inference-pod (default: env POD_NAME, else hostname)")
+	fs.StringVar(&cfg.PodNamespace, "pod-namespace", cfg.PodNamespace, "[eppkit] Namespace for x-inference-namespace (default: env POD_NAMESPACE)")
+	fs.BoolVar(&cfg.GaugeOnly, "gauge-only", cfg.GaugeOnly, "[eppkit] Skip the latency histograms (large benchmarks)")
+	fs.Var(&cfg.SlowFirstByteDelay, "slow-first-byte-delay", "[eppkit] Header delay of the slow-first-byte failure")
+	for _, f := range IgnoredSimFlags {
+		usage := "llm-d-inference-sim flag, accepted and ignored"
+		if f.Bool {
+			fs.Bool(f.Name, false, usage)
+		} else {
+			v.ignored[f.Name] = fs.String(f.Name, "", usage)
+		}
+	}
+	return v
+}
+
+// Finish applies the parsed values to the Config: the --config file first (flags override it),
+// env SIM_MODEL, multi-value flags, and validation. It returns warnings for ignored flags.
+func (v *FlagValues) Finish() (warnings []string, err error) {
+	cfg := v.cfg
+	if v.configFile != "" {
+		fileCfg := *cfg
+		ignored, err := LoadConfigFile(v.configFile, &fileCfg)
+		if err != nil {
+			return nil, err
+		}
+		for _, k := range ignored {
+			warnings = append(warnings, fmt.Sprintf("config key %q is accepted and ignored by the fake", k))
+		}
+		// Re-apply the flags the user set on top of the file's values.
+		flagCfg := *cfg
+		*cfg = fileCfg
+		v.fs.Visit(func(f *pflag.Flag) { copyFlagField(f.Name, &flagCfg, cfg) })
+	}
+	if !v.fs.Changed("model") && cfg.Model == "" {
+		cfg.Model = os.Getenv("SIM_MODEL")
+	}
+	if v.fs.Changed("served-model-name") {
+		cfg.ServedModelNames = v.served
+	}
+	if v.fs.Changed("lora-modules") {
+		cfg.LoraModules = nil
+		for i, s := range v.loras {
+			m, err := ParseLoraModule(s)
+			if err != nil {
+				return nil, fmt.Errorf("--lora-modules[%d] %q: %w", i, s, err)
+			}
+			cfg.LoraModules = append(cfg.LoraModules, m)
+		}
+	}
+	if v.fs.Changed("fake-metrics") && len(v.fakeMetrics) > 0 && v.fakeMetrics[0] != "" {
+		var fm FakeMetrics
+		if err := json.Unmarshal([]byte(v.fakeMetrics[0]), &fm); err != nil {
+			return nil, fmt.Errorf("--fake-metrics: %w", err)
+		}
+		for k := range fm.Ignored {
+			warnings = append(warnings, fmt.Sprintf("fake-metrics key %q is accepted and ignored by the fake", k))
+		}
+		cfg.FakeMetrics = &fm
+	}
+	if v.fs.Changed("failure-types") {
+		cfg.FailureTypes = nil
+		for _, t := range v.failureTypes {
+			for _, p := range strings.Split(t, ",") {
+				if p = strings.TrimSpace(p); p != "" {
+					cfg.FailureTypes = append(cfg.FailureTypes, p)
+				}
+			}
+		}
+	}
+	for _, f := range IgnoredSimFlags {
+		if v.fs.Changed(f.Name) {
+			warnings = append(warnings, fmt.Sprintf("flag --%s is accepted and ignored by the fake", f.Name))
+		}
+	}
+	if cfg.PodName == "" {
+		cfg.PodName, _ = os.Hostname()
+	}
+	if err := cfg.Validate(); err != nil {
+		return warnings, err
+	}
+	return warnings, nil
+}
+
+// copyFlagField copies the Config field bound to flag name from src to dst (used to let flags
+// override a --config file).
+func copyFlagField(name string, src, dst *Config) {
+	switch name {
+	case "port":
+		dst.Port = src.Port
+	case "model":
+		dst.Model = src.Model
+	case "max-num-seqs":
+		dst.MaxNumSeqs = src.MaxNumSeqs
+	case "max-waiting-queue-length":
+		dst.MaxWaitingQueueLength = src.MaxWaitingQueueLength
+	case "max-loras":
+		dst.MaxLoras = src.MaxLoras
+	case "max-cpu-loras":
+		dst.MaxCPULoras = src.MaxCPULoras
+	case "max-model-len":
+		dst.MaxModelLen = src.MaxModelLen
+	case "mode":
+		dst.Mode = src.Mode
+	case "inter-token-latency":
+		dst.InterTokenLatency = src.InterTokenLatency
+	case "inter-token-latency-std-dev":
+		dst.InterTokenLatencyStdDev = src.InterTokenLatencyStdDev
+	case "time-to-first-token":
+		dst.TimeToFirstToken = src.TimeToFirstToken
+	case "time-to-first-token-std-dev":
+		dst.TimeToFirstTokenStdDev = src.TimeToFirstTokenStdDev
+	case "prefill-overhead":
+		dst.PrefillOverhead = src.PrefillOverhead
+	case "prefill-time-per-token":
+		dst.PrefillTimePerToken = src.PrefillTimePerToken
+	case "prefill-time-std-dev":
+		dst.PrefillTimeStdDev = src.PrefillTimeStdDev
+	case "time-factor-under-load":
+		dst.TimeFactorUnderLoad = src.TimeFactorUnderLoad
+	case "seed":
+		dst.Seed = src.Seed
+	case "enable-kvcache":
+		dst.EnableKVCache = src.EnableKVCache
+	case "kv-cache-size":
+		dst.KVCacheSize = src.KVCacheSize
+	case "block-size":
+		dst.BlockSize = src.BlockSize
+	case "failure-injection-rate":
+		dst.FailureInjectionRate = src.FailureInjectionRate
+	case "data-parallel-size":
+		dst.DPSize = src.DPSize
+	case "max-request-body-size-mb":
+		dst.MaxRequestBodySizeMB = src.MaxRequestBodySizeMB
+	case "host":
+		dst.Host = src.Host
+	case "pod-name":
+		dst.PodName = src.PodName
+	case "pod-namespace":
+		dst.PodNamespace = src.PodNamespace
+	case "gauge-only":
+		dst.GaugeOnly = src.GaugeOnly
+	case "slow-first-byte-delay":
+		dst.SlowFirstByteDelay = src.SlowFirstByteDelay
+	}
+}
