@@ -73,6 +73,8 @@ type Runtime struct {
 	prepLayers [][]PrepareDataPlugin
 	prepBudget time.Duration
 	prepStats  prepareDataStats
+
+	background sync.WaitGroup
 }
 
 // MaxSchedulingRounds bounds the profile handler loop: a handler still returning profiles after
@@ -390,10 +392,18 @@ func (r *Runtime) ProfileNames() []string { return slices.Clone(r.profileOrder) 
 func (r *Runtime) ProfileHandler() ProfileHandler { return r.handler }
 
 // Start starts the runtime's background work, the plugin-state sweeper, which stops when ctx is
-// cancelled. Plugins with background work start it themselves from Handle.Context.
+// cancelled (Wait returns then). Plugins with background work start it themselves from
+// Handle.Context.
 func (r *Runtime) Start(ctx context.Context) {
-	go r.pluginState.Run(ctx)
+	r.background.Add(1)
+	go func() {
+		defer r.background.Done()
+		r.pluginState.Run(ctx)
+	}()
 }
+
+// Wait blocks until the background work started by Start has stopped.
+func (r *Runtime) Wait() { r.background.Wait() }
 
 // EndRequest deletes the request's plugin state. The director calls it once per request when
 // the request ends, however it ends (success, error, client cancel).
