@@ -279,7 +279,7 @@ func (p *Plugin) runPurge(ctx context.Context) {
 }
 
 // IndexContents returns, for tests, the block hashes the index holds per endpoint key, each
-// list sorted ascending. An endpoint that was indexed with no hashes maps to an empty list.
+// list sorted ascending; endpoints holding nothing are absent.
 func (p *Plugin) IndexContents() map[string][]uint64 { return p.idx.contents() }
 
 // IndexedEndpoints returns, for tests, the endpoint keys the index has an LRU for, sorted.
