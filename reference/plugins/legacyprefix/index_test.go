@@ -55,6 +55,11 @@ func TestIndexAddEvictAndReverseMap(t *testing.T) {
 			want: map[string][]uint64{"a:1": {3, 4}},
 		},
 		{
+			name: "an empty add creates nothing and does not fix the capacity",
+			ops:  []addOp{{"a:1", 1, nil}, {"b:1", 1, []uint64{}}, {"a:1", 100, []uint64{1, 2, 3}}},
+			want: map[string][]uint64{"a:1": {1, 2, 3}},
+		},
+		{
 			name: "endpoints evict independently",
 			ops:  []addOp{{"a:1", 2, []uint64{1, 2}}, {"b:1", 3, []uint64{1, 2}}, {"a:1", 2, []uint64{5}}},
 			want: map[string][]uint64{"a:1": {2, 5}, "b:1": {1, 2}},
