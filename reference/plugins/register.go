@@ -1,0 +1,40 @@
+// Package plugins assembles the reference EPP's plugin set.
+package plugins
+
+import (
+	"github.com/eppkit/eppkit/reference/framework"
+	"github.com/eppkit/eppkit/reference/plugins/filters"
+	"github.com/eppkit/eppkit/reference/plugins/legacyprefix"
+	"github.com/eppkit/eppkit/reference/plugins/pickers"
+	"github.com/eppkit/eppkit/reference/plugins/prefix"
+	"github.com/eppkit/eppkit/reference/plugins/profiles"
+	"github.com/eppkit/eppkit/reference/plugins/scorers"
+)
+
+// RegisterAll registers every reference plugin type in reg and the default producer of
+// prefix.PrefixCacheMatchInfoKey (approx-prefix-cache-producer):
+//
+//	approx-prefix-cache-producer, prefix-cache-scorer              (plugins/prefix)
+//	queue-scorer, running-requests-size-scorer,
+//	kv-cache-utilization-scorer, lora-affinity-scorer              (plugins/scorers)
+//	header-based-testing-filter, lora-affinity-filter              (plugins/filters)
+//	max-score-picker, random-picker, weighted-random-picker        (plugins/pickers)
+//	single-profile-handler                                         (plugins/profiles)
+//	legacy-prefix-cache-scorer                                     (plugins/legacyprefix)
+//
+// It panics when a type is already registered in reg: that is a programming error (register
+// into a fresh framework.NewRegistry()), never a consequence of user input.
+func RegisterAll(reg *framework.Registry) {
+	for _, register := range []func(*framework.Registry) error{
+		prefix.Register,
+		scorers.Register,
+		filters.Register,
+		pickers.Register,
+		profiles.Register,
+	} {
+		if err := register(reg); err != nil {
+			panic(err)
+		}
+	}
+	legacyprefix.Register(reg)
+}
