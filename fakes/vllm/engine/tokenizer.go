@@ -100,10 +100,30 @@ func Tokenize(text string) []Token {
 	return out
 }
 
-// appendTokenIDs appends the token ids of text to dst and returns the extended slice.
+// appendTokenIDs appends the token ids of text to dst and returns the extended slice. It is
+// scanTokens and fnv32a fused into one pass, for the engine's hot path; the tests check it
+// against Tokenize.
 func appendTokenIDs(dst []uint32, text string) []uint32 {
-	scanTokens(text, func(start, end int) {
-		dst = append(dst, fnv32a(text[start:end]))
-	})
+	n := len(text)
+	for i := 0; i < n; {
+		c := asciiClass[text[i]]
+		if c&(classPunct|classWord) == 0 {
+			i++
+			continue
+		}
+		h := (uint32(fnv32Offset) ^ uint32(text[i])) * fnv32Prime
+		i++
+		if c&classPunct == 0 {
+			for i < n && asciiClass[text[i]]&classWord != 0 {
+				h = (h ^ uint32(text[i])) * fnv32Prime
+				i++
+			}
+		}
+		for i < n && asciiClass[text[i]]&classSpace != 0 {
+			h = (h ^ uint32(text[i])) * fnv32Prime
+			i++
+		}
+		dst = append(dst, h)
+	}
 	return dst
 }
