@@ -393,9 +393,6 @@ func (c *Config) Validate() error {
 		}
 		seen[l.Name] = true
 	}
-	if len(c.LoraModules) > c.MaxCPULoras {
-		return fmt.Errorf("lora-modules: %d adapters exceed max-cpu-loras %d", len(c.LoraModules), c.MaxCPULoras)
-	}
 	switch c.BlockSize {
 	case 8, 16, 32, 64, 128:
 	default:
