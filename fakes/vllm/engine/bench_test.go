@@ -79,8 +79,16 @@ func BenchmarkStreams(b *testing.B) {
 				runStreams(b, tc.streams, tc.tokens)
 			}
 		})
+		// The floor: the same goroutines sleeping 10 ms per token on a reused timer, no engine.
+		b.Run(fmt.Sprintf("baseline-timers/streams=%d/tokens=%d", tc.streams, tc.tokens), func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				runTimerBaseline(b, tc.streams, tc.tokens)
+			}
+		})
 	}
 }
+
+var benchITLStdDev time.Duration
 
 func runStreams(b *testing.B, streams, tokens int) {
 	cfg := DefaultConfig()
@@ -90,6 +98,7 @@ func runStreams(b *testing.B, streams, tokens int) {
 	cfg.KVCacheSize = streams * 8
 	cfg.PrefillOverhead = 20 * time.Millisecond
 	cfg.InterTokenLatency = 10 * time.Millisecond
+	cfg.InterTokenLatencyStdDev = benchITLStdDev
 	cfg.Seed = 1
 	e, err := New(cfg)
 	if err != nil {
@@ -97,7 +106,8 @@ func runStreams(b *testing.B, streams, tokens int) {
 	}
 	defer e.Close()
 	var mu sync.Mutex
-	var late, gaps []time.Duration
+	late := make([]time.Duration, 0, streams*tokens)
+	gaps := make([]time.Duration, 0, streams*tokens)
 	var wg sync.WaitGroup
 	startCPU, start := cpuTime(), time.Now()
 	for i := 0; i < streams; i++ {
@@ -137,6 +147,9 @@ func runStreams(b *testing.B, streams, tokens int) {
 	}
 	wg.Wait()
 	wall, cpu := time.Since(start), cpuTime()-startCPU
+	if len(late) != streams*tokens {
+		b.Fatalf("%d tokens delivered, want %d", len(late), streams*tokens)
+	}
 	slices.Sort(late)
 	slices.Sort(gaps)
 	q := func(v []time.Duration, p float64) float64 {
@@ -151,4 +164,63 @@ func runStreams(b *testing.B, streams, tokens int) {
 	b.ReportMetric(q(late, 1), "late-max-ms")
 	b.ReportMetric(q(gaps, 0.99), "gap-p99-ms")
 	b.ReportMetric(float64(len(late)), "tokens")
+}
+
+func runTimerBaseline(b *testing.B, streams, tokens int) {
+	var wg sync.WaitGroup
+	startCPU, start := cpuTime(), time.Now()
+	for i := 0; i < streams; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t := time.NewTimer(20 * time.Millisecond)
+			<-t.C
+			for k := 1; k < tokens; k++ {
+				t.Reset(10 * time.Millisecond)
+				<-t.C
+			}
+		}()
+	}
+	wg.Wait()
+	wall, cpu := time.Since(start), cpuTime()-startCPU
+	b.ReportMetric(100*float64(cpu)/float64(wall), "cpu-%-of-1-core")
+}
+
+// BenchmarkTokenPath measures the engine's work per output token without timers: 200 running
+// sequences on a fake clock, the clock stepped by the inter-token latency, and Next called once
+// per sequence per step (one op = one token delivered).
+//
+//	go test -run '^$' -bench BenchmarkTokenPath -benchmem ./fakes/vllm/engine/
+func BenchmarkTokenPath(b *testing.B) {
+	const streams = 200
+	cfg := DefaultConfig()
+	cfg.MaxNumSeqs = streams
+	cfg.MaxModelLen = 1 << 15
+	cfg.KVCacheSize = 1 << 18 // 200 × 1025 blocks
+	cfg.InterTokenLatency = 10 * time.Millisecond
+	fc := testingclock.NewFakeClock(epoch)
+	cfg.Clock = fc
+	e, err := New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.Close()
+	seqs := make([]*Sequence, streams)
+	for i := range seqs {
+		if seqs[i], err = e.Submit(context.Background(), Request{Model: "m", Prompt: "p", MaxTokens: 1 << 14}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		k := i % streams
+		if k == 0 && i > 0 {
+			fc.Step(10 * time.Millisecond)
+		}
+		if _, err := seqs[k].Next(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -370,7 +370,9 @@ func (e *Engine) emitLocked(s *Sequence) {
 		s.due = t + jitter(e.rng, scale(e.cfg.InterTokenLatency, f), e.cfg.InterTokenLatencyStdDev)
 		heap.Push(&e.events, s)
 	}
-	s.signal()
+	// No signal: a consumer blocked in Next for this token sleeps on a timer armed for exactly
+	// this due time and wakes by itself; waking it here too would double the wake-ups of every
+	// token burst.
 }
 
 // tryAdmitLocked admits waiting requests at time t while slots are free: the first request in

@@ -72,7 +72,8 @@ func (s *Sequence) pushEvent(ev Event) {
 	s.events = append(s.events, ev)
 }
 
-// signal wakes a Next blocked on s, if any.
+// signal wakes a Next blocked on s, if any. It is needed when s is admitted or aborted; a
+// consumer waiting for a token sleeps on a timer armed for the token's due time.
 func (s *Sequence) signal() {
 	if !s.blocked {
 		return
@@ -130,9 +131,8 @@ func (s *Sequence) Next(ctx context.Context) (Event, error) {
 		select {
 		case <-tc:
 			fired = true
-		case <-s.wake:
+		case <-s.wake: // admitted, aborted, or the engine closed (which aborts every sequence)
 		case <-ctx.Done():
-		case <-e.done:
 		}
 		if tc != nil && !fired {
 			s.timer.Stop()
