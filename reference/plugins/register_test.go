@@ -1,6 +1,7 @@
 package plugins
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -37,5 +38,60 @@ func TestDefaultConfigBuilds(t *testing.T) {
 	}
 	if _, ok := rt.Plugin(prefix.ProducerType); !ok {
 		t.Fatalf("default producer not instantiated; plugins: %v", rt.Plugins())
+	}
+}
+
+func loadRuntime(t *testing.T, yaml string) (*framework.Runtime, error) {
+	t.Helper()
+	cfg, err := framework.LoadConfig([]byte(yaml))
+	if err != nil {
+		t.Fatalf("LoadConfig: %v", err)
+	}
+	reg := framework.NewRegistry()
+	RegisterAll(reg)
+	return framework.NewRuntime(cfg, reg, framework.RuntimeOptions{Context: t.Context()})
+}
+
+// TestOldMonolithParameters: producer parameters on prefix-cache-scorer reach the auto-created
+// producer (GIE v1.5.0 configloader behaviour), and conflict with an explicit producer.
+func TestOldMonolithParameters(t *testing.T) {
+	const head = "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\n"
+	rt, err := loadRuntime(t, head+`plugins:
+- type: prefix-cache-scorer
+  parameters:
+    blockSizeTokens: 32
+    maxPrefixBlocksToMatch: 100
+`)
+	if err != nil {
+		t.Fatalf("NewRuntime: %v", err)
+	}
+	pl, ok := rt.Plugin(prefix.ProducerType)
+	if !ok {
+		t.Fatalf("producer not auto-created")
+	}
+	got := pl.(*prefix.Producer).Parameters()
+	if got.BlockSizeTokens != 32 || got.MaxPrefixBlocksToMatch != 100 || !got.AutoTune {
+		t.Fatalf("auto-created producer parameters = %+v", got)
+	}
+
+	_, err = loadRuntime(t, head+`plugins:
+- type: prefix-cache-scorer
+  parameters:
+    blockSizeTokens: 32
+- type: approx-prefix-cache-producer
+  parameters:
+    blockSizeTokens: 64
+`)
+	if err == nil {
+		t.Fatalf("conflicting explicit producer accepted")
+	}
+
+	_, err = loadRuntime(t, head+`plugins:
+- type: prefix-cache-scorer
+  parameters:
+    blockSizeTokns: 32
+`)
+	if err == nil || !strings.Contains(err.Error(), "blockSizeTokns") {
+		t.Fatalf("misspelt scorer parameter: err = %v", err)
 	}
 }
