@@ -133,3 +133,29 @@ func (c *Config) validate() error {
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+// Latencies is the part of Config that may change while an engine runs: the latency keys of
+// llm-d-inference-sim's POST /admin/config. Fields mean what the Config fields of the same names
+// mean.
+type Latencies struct {
+	PrefillOverhead, PrefillTimePerToken, PrefillTimeStdDev time.Duration
+	TimeToFirstToken, TimeToFirstTokenStdDev                time.Duration
+	InterTokenLatency, InterTokenLatencyStdDev              time.Duration
+	TimeFactorUnderLoad                                     float64
+}
+
+func (c *Config) latencies() Latencies {
+	return Latencies{
+		PrefillOverhead: c.PrefillOverhead, PrefillTimePerToken: c.PrefillTimePerToken, PrefillTimeStdDev: c.PrefillTimeStdDev,
+		TimeToFirstToken: c.TimeToFirstToken, TimeToFirstTokenStdDev: c.TimeToFirstTokenStdDev,
+		InterTokenLatency: c.InterTokenLatency, InterTokenLatencyStdDev: c.InterTokenLatencyStdDev,
+		TimeFactorUnderLoad: c.TimeFactorUnderLoad,
+	}
+}
+
+func (c *Config) setLatencies(l Latencies) {
+	c.PrefillOverhead, c.PrefillTimePerToken, c.PrefillTimeStdDev = l.PrefillOverhead, l.PrefillTimePerToken, l.PrefillTimeStdDev
+	c.TimeToFirstToken, c.TimeToFirstTokenStdDev = l.TimeToFirstToken, l.TimeToFirstTokenStdDev
+	c.InterTokenLatency, c.InterTokenLatencyStdDev = l.InterTokenLatency, l.InterTokenLatencyStdDev
+	c.TimeFactorUnderLoad = l.TimeFactorUnderLoad
+}

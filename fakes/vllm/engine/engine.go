@@ -542,3 +542,27 @@ func (h *seqHeap) Pop() any {
 	*h = old[:n-1]
 	return s
 }
+
+// Latencies returns the latency settings in force.
+func (e *Engine) Latencies() Latencies {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.cfg.latencies()
+}
+
+// SetLatencies replaces the latency settings (the simulator's POST /admin/config latency keys).
+// They apply from the next admission or token scheduled after the call; tokens already
+// scheduled keep their due times. An out-of-range value is rejected, naming the field, and
+// nothing changes.
+func (e *Engine) SetLatencies(l Latencies) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	next := e.cfg
+	next.setLatencies(l)
+	if err := next.validate(); err != nil {
+		return err
+	}
+	e.advanceLocked(e.now())
+	e.cfg.setLatencies(l)
+	return nil
+}

@@ -814,3 +814,29 @@ func TestConcurrentStreams(t *testing.T) {
 		t.Errorf("final Stats = %+v, want %d generation tokens and an idle engine", st, n*tokens)
 	}
 }
+
+func TestSetLatencies(t *testing.T) {
+	e, fc := newTestEngine(t, func(c *Config) { c.PrefillOverhead = 10 * time.Millisecond })
+	l := e.Latencies()
+	l.PrefillOverhead = 50 * time.Millisecond
+	l.InterTokenLatency = 3 * time.Millisecond
+	if err := e.SetLatencies(l); err != nil {
+		t.Fatalf("SetLatencies: %v", err)
+	}
+	s := submit(t, e, Request{Prompt: "a b", MaxTokens: 3})
+	evs := drain(t, fc, s, time.Millisecond)
+	if got := s.TTFT(); got != 50*time.Millisecond {
+		t.Errorf("TTFT after SetLatencies = %v, want 50ms", got)
+	}
+	if got := evs[2].At.Sub(evs[1].At); got != 3*time.Millisecond {
+		t.Errorf("inter-token gap after SetLatencies = %v, want 3ms", got)
+	}
+	bad := l
+	bad.InterTokenLatencyStdDev = -1
+	if err := e.SetLatencies(bad); err == nil || !strings.Contains(err.Error(), "InterTokenLatencyStdDev") {
+		t.Errorf("SetLatencies with a negative std dev = %v, want an error naming InterTokenLatencyStdDev", err)
+	}
+	if diff := cmp.Diff(l, e.Latencies()); diff != "" {
+		t.Errorf("a rejected SetLatencies changed the settings (-want +got):\n%s", diff)
+	}
+}
