@@ -412,9 +412,13 @@ func DefaultConfig() *EndpointPickerConfig {
 	return cfg
 }
 
-// decodeStrict decodes one JSON value into dst, rejecting unknown fields and trailing data. The
-// "json: " prefix of encoding/json errors is dropped; callers prefix the field path.
+// decodeStrict decodes one JSON value into dst, rejecting unknown fields (case-sensitively, see
+// checkFieldCase) and trailing data. The "json: " prefix of encoding/json errors is dropped;
+// callers prefix the field path.
 func decodeStrict(data []byte, dst any) error {
+	if err := checkFieldCase(data, dst); err != nil {
+		return errors.New(strings.TrimPrefix(err.Error(), "json: "))
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {

@@ -248,3 +248,50 @@ func TestDurationRoundTrip(t *testing.T) {
 		t.Fatalf("Unmarshal = %v, %v", d, err)
 	}
 }
+
+func TestStrictFieldCase(t *testing.T) {
+	tests := []struct {
+		name    string
+		yaml    string
+		wantErr string
+	}{
+		{"profile weight in another case", header + "plugins:\n- type: a\nschedulingProfiles:\n- name: p\n  plugins:\n  - pluginRef: a\n    Weight: 2\n",
+			`schedulingProfiles[0].plugins[0]: unknown field "Weight" (field names are case-sensitive: "weight")`},
+		{"top-level key in another case", header + "Plugins: []\n", `config: unknown field "Plugins" (field names are case-sensitive: "plugins")`},
+		{"prepareData key in another case", header + "prepareData:\n  timeoutMS: 5\n", `prepareData: unknown field "timeoutMS" (field names are case-sensitive: "timeoutMs")`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := LoadConfig([]byte(tc.yaml))
+			if err == nil || err.Error() != tc.wantErr {
+				t.Fatalf("error mismatch:\n got: %v\nwant: %s", err, tc.wantErr)
+			}
+		})
+	}
+
+	type inner struct {
+		Embedded int `json:"embedded"`
+	}
+	type params struct {
+		inner
+		BlockSize int `json:"blockSize"`
+		Untagged  int
+		Skipped   int `json:"-"`
+	}
+	for in, wantErr := range map[string]string{
+		`{"blockSize": 1, "embedded": 2, "Untagged": 3}`: "",
+		`{"blocksize": 1}`: `parameters: json: unknown field "blocksize" (field names are case-sensitive: "blockSize")`,
+		`{"Embedded": 1}`:  `parameters: json: unknown field "Embedded" (field names are case-sensitive: "embedded")`,
+		`{"Skipped": 1}`:   `parameters: json: unknown field "Skipped"`,
+	} {
+		var p params
+		err := DecodeParameters(json.RawMessage(in), &p)
+		got := ""
+		if err != nil {
+			got = err.Error()
+		}
+		if got != wantErr {
+			t.Errorf("DecodeParameters(%s) error = %q, want %q", in, got, wantErr)
+		}
+	}
+}

@@ -81,14 +81,17 @@ func (r *Registry) Types() []string {
 	return out
 }
 
-// DecodeParameters decodes a plugin's raw `parameters` into dst strictly: unknown fields and
-// trailing data are errors. Empty or null params leave dst unchanged (its defaults stand). The
-// error text names the offending field, e.g. `json: unknown field "blockSze"`; the config loader
-// prefixes it with the plugin's path.
+// DecodeParameters decodes a plugin's raw `parameters` into dst strictly: unknown fields (field
+// names compared case-sensitively at the top level) and trailing data are errors. Empty or null
+// params leave dst unchanged (its defaults stand). The error text names the offending field, e.g.
+// `json: unknown field "blockSze"`; NewRuntime prefixes it with the plugin's path.
 func DecodeParameters(params json.RawMessage, dst any) error {
 	trimmed := bytes.TrimSpace(params)
 	if len(trimmed) == 0 || bytes.Equal(trimmed, []byte("null")) {
 		return nil
+	}
+	if err := checkFieldCase(trimmed, dst); err != nil {
+		return fmt.Errorf("parameters: %w", err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(trimmed))
 	dec.DisallowUnknownFields()
