@@ -31,18 +31,11 @@ func newIndex() *index {
 }
 
 // add records hashes, in order, as held by endpoint. The endpoint's LRU is created on its first
-// insert with the given capacity (block hashes, ≥ 1), which stays fixed from then on. Re-adding
-// a held hash refreshes its recency; when the LRU is full the least recently added hash is
-// evicted and the endpoint leaves that hash's holders.
-//
-// Adding no hashes does nothing. Divergence, deliberate: upstream (December 2025 and v1.5.0)
-// creates the endpoint's LRU even for an empty add, which fixes its capacity from the metrics of
-// a request that inserted nothing; SPEC §2.2 fixes the capacity "at the endpoint's first
-// insert", and reference/plugins/prefix reads it the same way, which the equivalence rule needs.
+// add — even when hashes is empty, as upstream's indexer.Add does (December 2025 and v1.5.0) —
+// with the given capacity (block hashes, ≥ 1), which stays fixed from then on. Re-adding a held
+// hash refreshes its recency; when the LRU is full the least recently added hash is evicted and
+// the endpoint leaves that hash's holders.
 func (ix *index) add(endpoint string, capacity int, hashes []uint64) {
-	if len(hashes) == 0 {
-		return
-	}
 	if capacity < 1 {
 		capacity = 1
 	}
@@ -120,16 +113,16 @@ func (ix *index) endpoints() []string {
 	return out
 }
 
-// contents returns each endpoint's held hashes, sorted ascending. An endpoint is present only
-// while it holds at least one hash.
+// contents returns each endpoint's held hashes, sorted ascending. An endpoint whose LRU exists
+// but is empty maps to an empty, non-nil slice.
 func (ix *index) contents() map[string][]uint64 {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	out := make(map[string][]uint64, len(ix.byEndpoint))
 	for ep, cache := range ix.byEndpoint {
 		keys := cache.Keys()
-		if len(keys) == 0 {
-			continue
+		if keys == nil {
+			keys = []uint64{}
 		}
 		slices.Sort(keys)
 		out[ep] = keys

@@ -55,9 +55,10 @@ func TestIndexAddEvictAndReverseMap(t *testing.T) {
 			want: map[string][]uint64{"a:1": {3, 4}},
 		},
 		{
-			name: "an empty add creates nothing and does not fix the capacity",
+			// Upstream indexer.Add creates the LRU before looking at the hashes.
+			name: "an empty add creates the LRU and fixes its capacity",
 			ops:  []addOp{{"a:1", 1, nil}, {"b:1", 1, []uint64{}}, {"a:1", 100, []uint64{1, 2, 3}}},
-			want: map[string][]uint64{"a:1": {1, 2, 3}},
+			want: map[string][]uint64{"a:1": {3}, "b:1": {}},
 		},
 		{
 			name: "endpoints evict independently",

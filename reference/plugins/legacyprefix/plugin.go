@@ -279,7 +279,7 @@ func (p *Plugin) runPurge(ctx context.Context) {
 }
 
 // IndexContents returns, for tests, the block hashes the index holds per endpoint key, each
-// list sorted ascending; endpoints holding nothing are absent.
+// list sorted ascending. An endpoint indexed with no hashes maps to an empty list.
 func (p *Plugin) IndexContents() map[string][]uint64 { return p.idx.contents() }
 
 // IndexedEndpoints returns, for tests, the endpoint keys the index has an LRU for, sorted.
