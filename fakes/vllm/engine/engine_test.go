@@ -840,3 +840,59 @@ func TestSetLatencies(t *testing.T) {
 		t.Errorf("a rejected SetLatencies changed the settings (-want +got):\n%s", diff)
 	}
 }
+
+// TestRealClockNeverEarly runs a few short streams on the real clock: every token reaches its
+// consumer at or after its due time, in order, with the configured gaps between due times.
+func TestRealClockNeverEarly(t *testing.T) {
+	const streams, tokens = 8, 10
+	cfg := DefaultConfig()
+	cfg.MaxNumSeqs = 4 // half the streams queue
+	cfg.PrefillOverhead = time.Millisecond
+	cfg.InterTokenLatency = time.Millisecond
+	e, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	errs := make(chan error, streams)
+	for i := 0; i < streams; i++ {
+		go func(i int) {
+			s, err := e.Submit(context.Background(), Request{Model: "m", Prompt: words("w", i, 4), MaxTokens: tokens})
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer s.Close()
+			var prev time.Time
+			for k := 0; ; k++ {
+				ev, err := s.Next(context.Background())
+				got := time.Now()
+				if errors.Is(err, io.EOF) {
+					errs <- nil
+					return
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				if got.Before(ev.At) {
+					errs <- fmt.Errorf("stream %d token %d delivered %v before it was due", i, k, ev.At.Sub(got))
+					return
+				}
+				if k > 0 && ev.At.Sub(prev) != time.Millisecond {
+					errs <- fmt.Errorf("stream %d token %d: due %v after the previous, want 1ms", i, k, ev.At.Sub(prev))
+					return
+				}
+				prev = ev.At
+			}
+		}(i)
+	}
+	for i := 0; i < streams; i++ {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	if st := e.Stats(); st.GenerationTokens != streams*tokens || st.Running != 0 || st.Waiting != 0 {
+		t.Errorf("final Stats = %+v, want %d tokens and an idle engine", st, streams*tokens)
+	}
+}
