@@ -5,7 +5,8 @@
 //
 // Every picker takes the parameter maxNumOfEndpoints (default 1): the result holds up to that many
 // endpoints, the first is the pick and the rest are ordered fallbacks. Randomness comes from a
-// per-instance *rand.Rand (PCG) seeded from Handle.Seed() and guarded by a mutex — v1.5.0 used one
+// per-instance *rand.Rand (PCG) seeded from Handle.Seed() and the instance name (so two pickers of
+// one EPP draw different streams, each reproducible) and guarded by a mutex — v1.5.0 used one
 // package-level source seeded from the wall clock. Pickers never modify the slice they are given.
 package pickers
 
@@ -17,6 +18,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+
+	"github.com/cespare/xxhash/v2"
 
 	"github.com/eppkit/eppkit/reference/framework"
 )
@@ -85,9 +88,8 @@ type lockedRand struct {
 	r  *rand.Rand
 }
 
-func newLockedRand(seed int64) *lockedRand {
-	s := uint64(seed)
-	return &lockedRand{r: rand.New(rand.NewPCG(s, s^0x9e3779b97f4a7c15))}
+func newLockedRand(seed int64, name string) *lockedRand {
+	return &lockedRand{r: rand.New(rand.NewPCG(uint64(seed), xxhash.Sum64String(name)))}
 }
 
 func (l *lockedRand) shuffle(s []framework.ScoredEndpoint) {
@@ -120,7 +122,7 @@ func newBase(typ, name string, maxNum int, seed int64) base {
 	if maxNum <= 0 {
 		maxNum = DefaultMaxNumOfEndpoints
 	}
-	return base{typedName: framework.TypedName{Type: typ, Name: name}, max: maxNum, rnd: newLockedRand(seed)}
+	return base{typedName: framework.TypedName{Type: typ, Name: name}, max: maxNum, rnd: newLockedRand(seed, name)}
 }
 
 // TypedName returns the plugin's type and name.
@@ -164,7 +166,7 @@ type MaxScorePicker struct{ base }
 var _ framework.Picker = (*MaxScorePicker)(nil)
 
 // NewMaxScorePicker returns a max-score-picker (name "" means the type, maxNum ≤ 0 means 1)
-// whose tie-breaks are drawn from seed.
+// whose tie-breaks are drawn from seed and name.
 func NewMaxScorePicker(name string, maxNum int, seed int64) *MaxScorePicker {
 	return &MaxScorePicker{newBase(MaxScorePickerType, name, maxNum, seed)}
 }

@@ -90,6 +90,14 @@ func TestMaxScorePickerTiesSeeded(t *testing.T) {
 	if cmp.Equal(a, c) {
 		t.Fatalf("seeds %d and %d gave identical sequences of %d tie-breaks", testSeed, testSeed+1, n)
 	}
+	other := NewMaxScorePicker("other-name", 1, testSeed)
+	d := make([]string, 0, n)
+	for range n {
+		d = append(d, picked(other.Pick(context.Background(), nil, scored(0.9, 0.9, 0.1, 0.9)))[0])
+	}
+	if cmp.Equal(a, d) {
+		t.Fatalf("two instances with seed %d and different names drew the same tie-breaks", testSeed)
+	}
 	// Three tied endpoints, n = 2000: each expected n/3 ≈ 667, sd ≈ 21; the bound ±6 sd (±126)
 	// fails a fair tie-break with probability < 1e-8. p2 (lower score) must never win.
 	sd := math.Sqrt(n * (1.0 / 3) * (2.0 / 3))
