@@ -272,15 +272,15 @@ func (p *Producer) PrepareRequestData(ctx context.Context, req *framework.LLMReq
 			"requestID", req.RequestID, "reason", err)
 	}
 	matches := p.index.Match(hashes)
-	for _, ep := range endpoints {
+	// One backing array for the request's attributes (one allocation, not one per endpoint);
+	// consumers only read them.
+	infos := make([]PrefixCacheMatchInfo, len(endpoints))
+	for i, ep := range endpoints {
 		if ep == nil || ep.Metadata == nil {
 			continue
 		}
-		ep.Put(PrefixCacheMatchInfoKey, &PrefixCacheMatchInfo{
-			MatchBlocks:     matches[ep.Key()],
-			TotalBlocks:     len(hashes),
-			BlockSizeTokens: blockSize,
-		})
+		infos[i] = PrefixCacheMatchInfo{MatchBlocks: matches[ep.Key()], TotalBlocks: len(hashes), BlockSizeTokens: blockSize}
+		ep.Put(PrefixCacheMatchInfoKey, &infos[i])
 	}
 	if req.RequestID == "" {
 		p.logger.Warn("request has no ID; its prefix state is not kept and PreRequest will not index it",
