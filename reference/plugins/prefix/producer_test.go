@@ -295,3 +295,34 @@ func TestNewProducerErrors(t *testing.T) {
 		t.Fatalf("handle without plugin state accepted")
 	}
 }
+
+func TestProducerChatAndSalt(t *testing.T) {
+	p, _ := newProducer(t, `{"autoTune": false, "blockSizeTokens": 4}`)
+	mds := []*framework.EndpointMetadata{meta("a", "10.0.0.1"), meta("b", "10.0.0.2")}
+	ctx := context.Background()
+	chat := func(id, salt string, msgs ...framework.Message) *framework.LLMRequest {
+		return &framework.LLMRequest{RequestID: id, TargetModel: "m",
+			Body: &framework.LLMRequestBody{ChatCompletions: &framework.ChatCompletionsRequest{Messages: msgs, CacheSalt: salt}}}
+	}
+	sys := framework.Message{Role: "system", Content: strings.Repeat("You are a helpful assistant. ", 10)}
+	req := chat("c1", "", sys, framework.Message{Role: "user", Content: "first question"})
+	eps := endpoints(mds, nil)
+	_ = p.PrepareRequestData(ctx, req, eps)
+	total := infoOf(t, eps[0]).TotalBlocks
+	input, _ := InputText(req.Body)
+	if want := len(input) / 16; total != want {
+		t.Fatalf("TotalBlocks = %d, want len(encoded messages)/16 = %d", total, want)
+	}
+	p.PreRequest(ctx, req, pick("default", eps[0]))
+
+	eps2 := endpoints(mds, nil)
+	_ = p.PrepareRequestData(ctx, chat("c2", "", sys, framework.Message{Role: "user", Content: "another question"}), eps2)
+	if got := infoOf(t, eps2[0]).MatchBlocks; got < 10 {
+		t.Fatalf("shared system prompt matched only %d blocks", got)
+	}
+	eps3 := endpoints(mds, nil)
+	_ = p.PrepareRequestData(ctx, chat("c3", "tenant-b", sys, framework.Message{Role: "user", Content: "first question"}), eps3)
+	if got := infoOf(t, eps3[0]).MatchBlocks; got != 0 {
+		t.Fatalf("a different cache_salt matched %d blocks", got)
+	}
+}
