@@ -219,8 +219,15 @@ func BenchmarkTokenPath(b *testing.B) {
 		if k == 0 && i > 0 {
 			fc.Step(10 * time.Millisecond)
 		}
-		if _, err := seqs[k].Next(ctx); err != nil {
+		ev, err := seqs[k].Next(ctx)
+		if err != nil {
 			b.Fatal(err)
+		}
+		if ev.Final { // worn out: replace it (prefill is 0, so its first token is due at once)
+			seqs[k].Close()
+			if seqs[k], err = e.Submit(ctx, Request{Model: "m", Prompt: "p", MaxTokens: 1 << 14}); err != nil {
+				b.Fatal(err)
+			}
 		}
 	}
 }
