@@ -757,8 +757,9 @@ func TestBlockingNextAndCancellation(t *testing.T) {
 // TestConcurrentStreams runs many goroutines submitting and reading at once on a fake clock that
 // a stepper advances, to give the race detector the engine's shared paths.
 func TestConcurrentStreams(t *testing.T) {
-	const n, tokens = 64, 20
+	const n, tokens, seed = 64, 20, 11
 	e, fc := newTestEngine(t, func(c *Config) {
+		c.Seed = seed
 		c.MaxNumSeqs = 8
 		c.MaxWaitingQueueLength = n
 		c.PrefillOverhead = 5 * time.Millisecond
@@ -801,7 +802,7 @@ func TestConcurrentStreams(t *testing.T) {
 		select {
 		case err := <-done:
 			if err != nil {
-				t.Fatal(err)
+				t.Fatalf("seed %d: %v", seed, err)
 			}
 			finished++
 		default:
@@ -811,7 +812,7 @@ func TestConcurrentStreams(t *testing.T) {
 	}
 	st := e.Stats()
 	if st.GenerationTokens != n*tokens || st.Running != 0 || st.Waiting != 0 || st.KVUsage != 0 {
-		t.Errorf("final Stats = %+v, want %d generation tokens and an idle engine", st, n*tokens)
+		t.Errorf("seed %d: final Stats = %+v, want %d generation tokens and an idle engine", seed, st, n*tokens)
 	}
 }
 
