@@ -35,8 +35,10 @@ type CompletionsRequest struct {
 // ChatCompletionsRequest is the part of an OpenAI /v1/chat/completions body the EPP uses.
 type ChatCompletionsRequest struct {
 	Messages []Message `json:"messages"`
-	// Tools, Documents, ChatTemplate and the like take part in prefix hashing as upstream does;
-	// they are kept raw.
+	// Tools, Documents, ChatTemplate and the like are kept raw for plugins that want them. They do
+	// not take part in prefix hashing: upstream v1.5.0 hashes only the messages
+	// (gateway-api-inference-extension, pkg/epp/framework/plugins/requestcontrol/dataproducer/
+	// approximateprefix/hashing.go).
 	Tools                     []any          `json:"tools,omitempty"`
 	Documents                 []any          `json:"documents,omitempty"`
 	ChatTemplate              string         `json:"chat_template,omitempty"`
