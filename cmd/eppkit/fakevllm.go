@@ -56,21 +56,8 @@ func wantsHelp(args []string) bool {
 }
 
 // parseServerFlags parses args (simulator style) into a validated Config, printing warnings.
-func parseServerFlags(name string, args []string, extra func(fs *pflag.FlagSet), stderr io.Writer) (vllm.Config, error) {
-	cfg := vllm.DefaultConfig()
-	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fv := vllm.BindFlags(fs, &cfg)
-	if extra != nil {
-		extra(fs)
-	}
-	if err := fs.Parse(vllm.NormalizeArgs(args)); err != nil {
-		return cfg, err
-	}
-	if fs.NArg() > 0 {
-		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	warnings, err := fv.Finish()
+func parseServerFlags(args []string, extra func(fs *pflag.FlagSet), stderr io.Writer) (vllm.Config, error) {
+	cfg, warnings, err := vllm.ParseArgs(args, extra)
 	for _, w := range warnings {
 		fmt.Fprintln(stderr, "warning:", w)
 	}
@@ -82,7 +69,7 @@ func signalContext() (context.Context, context.CancelFunc) {
 }
 
 func runFakeVLLM(cmd *cobra.Command, args []string) error {
-	cfg, err := parseServerFlags("fake-vllm", args, nil, cmd.ErrOrStderr())
+	cfg, err := parseServerFlags(args, nil, cmd.ErrOrStderr())
 	if err != nil {
 		return err
 	}
@@ -130,7 +117,7 @@ ports on 127.0.0.1. Takes every fake-vllm flag. SIGINT/SIGTERM shut down cleanly
 			if wantsHelp(args) {
 				return cmd.Help()
 			}
-			base, err := parseServerFlags("fleet", args, addFleetFlags, cmd.ErrOrStderr())
+			base, err := parseServerFlags(args, addFleetFlags, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}

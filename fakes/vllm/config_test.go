@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/spf13/pflag"
 )
 
 func TestParseDuration(t *testing.T) {
@@ -64,14 +63,7 @@ func TestNormalizeArgs(t *testing.T) {
 
 func parseArgs(t *testing.T, args ...string) (Config, []string, error) {
 	t.Helper()
-	cfg := DefaultConfig()
-	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
-	fv := BindFlags(fs, &cfg)
-	if err := fs.Parse(NormalizeArgs(args)); err != nil {
-		return cfg, nil, err
-	}
-	w, err := fv.Finish()
-	return cfg, w, err
+	return ParseArgs(args, nil)
 }
 
 func TestFlags(t *testing.T) {

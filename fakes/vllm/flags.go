@@ -3,6 +3,7 @@ package vllm
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strings"
@@ -282,4 +283,26 @@ func copyFlagField(name string, src, dst *Config) {
 	case "slow-first-byte-delay":
 		dst.SlowFirstByteDelay = src.SlowFirstByteDelay
 	}
+}
+
+// ParseArgs parses a simulator-style argument list (what `eppkit fake-vllm` and
+// llm-d-inference-sim take) into a validated Config starting from DefaultConfig. It returns the
+// warnings for accepted-and-ignored flags and keys. extra, when set, registers more flags on the
+// same FlagSet before parsing. Positional arguments are an error.
+func ParseArgs(args []string, extra func(fs *pflag.FlagSet)) (Config, []string, error) {
+	cfg := DefaultConfig()
+	fs := pflag.NewFlagSet("fake-vllm", pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fv := BindFlags(fs, &cfg)
+	if extra != nil {
+		extra(fs)
+	}
+	if err := fs.Parse(NormalizeArgs(args)); err != nil {
+		return cfg, nil, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	warnings, err := fv.Finish()
+	return cfg, warnings, err
 }
