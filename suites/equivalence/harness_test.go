@@ -21,6 +21,7 @@ import (
 
 	"github.com/eppkit/eppkit/reference/framework"
 	"github.com/eppkit/eppkit/reference/plugins"
+	"github.com/eppkit/eppkit/reference/plugins/filters"
 	"github.com/eppkit/eppkit/reference/plugins/prefix"
 )
 
@@ -59,8 +60,10 @@ type shape struct {
 	// which sees only the filtered candidates, and the producer, which sees all of them, read the
 	// same value.
 	PoolBlockSize int
-	// Filter puts the random-subset filter before the scorers; Keep is its keep probability.
-	Filter bool
+	// Filter is the filter before the scorers: "" none, "subset" the suite's seeded
+	// random-subset filter (keep probability Keep), "header" header-based-testing-filter with a
+	// random non-empty selection of the pool in every request's header.
+	Filter string
 	Keep   float64
 	// ParamsOnScorer gives the producer parameters to prefix-cache-scorer (the old-config path:
 	// the runtime auto-creates the producer with them) instead of configuring the producer.
@@ -74,7 +77,7 @@ func drawShape(rng *rand.Rand) shape {
 		BlockSizeTokens: []int{1, 2, 4, 16}[rng.IntN(4)],
 		MaxBlocks:       []int{3, 8, 32, 256}[rng.IntN(4)],
 		AutoTune:        rng.IntN(2) == 0,
-		Filter:          rng.IntN(3) > 0,
+		Filter:          []string{"", "subset", "subset", "header"}[rng.IntN(4)],
 		Keep:            0.3 + 0.6*rng.Float64(),
 		ParamsOnScorer:  rng.IntN(3) == 0,
 		LoadScorers:     rng.IntN(4) > 0,
@@ -112,15 +115,18 @@ func (s shape) configYAML(legacyType string, filterSeed int64) string {
 		fmt.Fprintf(&b, "- name: producer\n  type: %s\n  parameters: %s\n", prefix.ProducerType, s.producerParams())
 		fmt.Fprintf(&b, "- name: prefix\n  type: %s\n  parameters:\n    inner: %s\n", recorderType, prefix.ScorerType)
 	}
-	if s.Filter {
-		fmt.Fprintf(&b, "- name: subset\n  type: %s\n  parameters: {seed: %d, keep: %g}\n", subsetFilterType, filterSeed, s.Keep)
+	switch s.Filter {
+	case "subset":
+		fmt.Fprintf(&b, "- name: filter\n  type: %s\n  parameters: {seed: %d, keep: %g}\n", subsetFilterType, filterSeed, s.Keep)
+	case "header":
+		fmt.Fprintf(&b, "- name: filter\n  type: %s\n", filters.HeaderBasedTestingFilterType)
 	}
 	if s.LoadScorers {
 		b.WriteString("- name: queue\n  type: queue-scorer\n- name: kv\n  type: kv-cache-utilization-scorer\n")
 	}
 	b.WriteString("- name: picker\n  type: max-score-picker\nschedulingProfiles:\n- name: default\n  plugins:\n")
-	if s.Filter {
-		b.WriteString("  - pluginRef: subset\n")
+	if s.Filter != "" {
+		b.WriteString("  - pluginRef: filter\n")
 	}
 	b.WriteString("  - pluginRef: prefix\n    weight: 3\n")
 	if s.LoadScorers {
@@ -198,10 +204,18 @@ type divergence struct {
 	What    string
 	Summary string
 	Diff    string
+	// Shape and the two pipelines' YAML, filled in by runWorkload.
+	Shape        shape
+	LegacyYAML   string
+	ProducerYAML string
 }
 
-func (d *divergence) Error() string {
-	return fmt.Sprintf("request #%d (%s): %s differ (-legacy +producer):\n%s", d.Request, d.Summary, d.What, d.Diff)
+// String is the failure report: the request, what differed and the go-cmp diff, then the
+// workload's shape and both configs.
+func (d *divergence) String() string {
+	return fmt.Sprintf("first diverging request #%d (%s): %s differ (-legacy +producer):\n%s\nworkload shape: %+v\n"+
+		"pipeline A (legacy):\n%s\npipeline B (producer):\n%s",
+		d.Request, d.Summary, d.What, d.Diff, d.Shape, d.LegacyYAML, d.ProducerYAML)
 }
 
 // pool is the set of endpoints in the pool, shared by both pipelines through Handle.Endpoints.
@@ -226,8 +240,7 @@ type runStats struct {
 // divergence (nil when none) or a harness error.
 // force, when non-nil, overrides parts of the drawn shape (the negative controls use it to make
 // the situation their bug needs likely).
-func runWorkload(seed int64, legacyType string, n int, force func(*shape)) (*divergence, runStats, error) {
-	var st runStats
+func runWorkload(seed int64, legacyType string, n int, force func(*shape)) (d *divergence, st runStats, err error) {
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x5eed))
 	sh := drawShape(rng)
 	if force != nil {
@@ -249,6 +262,11 @@ func runWorkload(seed int64, legacyType string, n int, force func(*shape)) (*div
 	if err != nil {
 		return nil, st, err
 	}
+	defer func() {
+		if d != nil {
+			d.Shape, d.LegacyYAML, d.ProducerYAML = sh, a.yaml, b.yaml
+		}
+	}()
 	ginkgo.GinkgoWriter.Printf("workload seed %d shape %+v\n", seed, sh)
 
 	for i := range n {

@@ -3,10 +3,10 @@ package equivalence_test
 import (
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"strings"
 
 	"github.com/eppkit/eppkit/reference/framework"
+	"github.com/eppkit/eppkit/reference/plugins/filters"
 )
 
 const (
@@ -197,17 +197,35 @@ func (w *workload) request(i int) (*framework.LLMRequest, string) {
 	} else {
 		req.Body.Completions = &framework.CompletionsRequest{Prompt: prefix + suffix, CacheSalt: salt}
 	}
+	if w.sh.Filter == "header" {
+		req.Headers[filters.TestEndpointSelectionHeader] = w.selectionHeader()
+	}
 	summary := fmt.Sprintf("%s %s model=%s salt=%q template=%d suffix=%d chars pool=%d", req.RequestID, kind, model, salt,
 		tpl, len(suffix), len(w.inPool()))
 	return req, summary
 }
 
-// poolKeys returns the keys of the endpoints in the pool, sorted.
-func (w *workload) poolKeys() []string {
-	var out []string
-	for _, e := range w.inPool() {
-		out = append(out, e.md.Key())
+// selectionHeader names a random non-empty subset of the pool for header-based-testing-filter,
+// each entry as "ip" or "ip:port", sometimes with an address that is not in the pool.
+func (w *workload) selectionHeader() string {
+	live := w.inPool()
+	var parts []string
+	for _, e := range live {
+		if w.rng.IntN(2) == 0 {
+			continue
+		}
+		if w.rng.IntN(2) == 0 {
+			parts = append(parts, e.md.Address)
+		} else {
+			parts = append(parts, e.md.Key())
+		}
 	}
-	slices.Sort(out)
-	return out
+	if len(parts) == 0 {
+		parts = append(parts, live[w.rng.IntN(len(live))].md.Key())
+	}
+	if w.rng.IntN(4) == 0 {
+		parts = append(parts, "192.0.2.1:8000")
+	}
+	w.rng.Shuffle(len(parts), func(a, b int) { parts[a], parts[b] = parts[b], parts[a] })
+	return strings.Join(parts, ",")
 }
