@@ -29,7 +29,15 @@
 //     every PurgeInterval, as upstream's CleanUpInactivePods every 2 min) and on demand by
 //     RemoveEndpoint / PurgeDeparted for discovery events.
 //
+// Where December 2025 and v1.5.0 agree and this port follows both: the hash chain and the
+// unhashed trailing partial block; the match walk that stops at the first block no endpoint in
+// the whole index holds and counts, per endpoint, the walked blocks it holds (so blocks after an
+// evicted one count while another endpoint bridges the gap); an endpoint's LRU created on its
+// first add even with no hashes; the prefill profile's target indexed too.
+//
 // Differences between December 2025 and v1.5.0 that this port does NOT take from v1.5.0:
+//   - A config with only the deprecated blockSize (characters) is refused, as December 2025's
+//     New did; v1.5.0 defaults blockSizeTokens to 16 first, so it silently ignores blockSize.
 //   - v1.5.0 moved hashing, matching and indexing into the approx-prefix-cache-producer
 //     (PrepareData) and left a thin scorer; this package keeps the monolith shape on purpose.
 //   - v1.5.0 adds maxPrefixTokensToMatch; the monolith has only maxPrefixBlocksToMatch.
