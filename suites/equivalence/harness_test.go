@@ -70,6 +70,9 @@ type shape struct {
 	ParamsOnScorer bool
 	// LoadScorers adds queue-scorer and kv-cache-utilization-scorer, so picks depend on metrics.
 	LoadScorers bool
+	// PrefillDecode adds a "prefill" profile (its own subset filter, the same prefix scorer, its
+	// own picker) beside the "decode" one, with the suite's prefill/decode profile handler.
+	PrefillDecode bool
 }
 
 func drawShape(rng *rand.Rand) shape {
@@ -81,6 +84,7 @@ func drawShape(rng *rand.Rand) shape {
 		Keep:            0.3 + 0.6*rng.Float64(),
 		ParamsOnScorer:  rng.IntN(3) == 0,
 		LoadScorers:     rng.IntN(4) > 0,
+		PrefillDecode:   rng.IntN(4) == 0,
 	}
 	// Capacities of one to four requests' worth of blocks: small enough that LRUs evict across
 	// requests, large enough that a request's own block 0 survives it so prefixes can match.
@@ -124,7 +128,19 @@ func (s shape) configYAML(legacyType string, filterSeed int64) string {
 	if s.LoadScorers {
 		b.WriteString("- name: queue\n  type: queue-scorer\n- name: kv\n  type: kv-cache-utilization-scorer\n")
 	}
-	b.WriteString("- name: picker\n  type: max-score-picker\nschedulingProfiles:\n- name: default\n  plugins:\n")
+	b.WriteString("- name: picker\n  type: max-score-picker\n")
+	profile := "default"
+	if s.PrefillDecode {
+		profile = "decode"
+		fmt.Fprintf(&b, "- name: handler\n  type: %s\n", prefillDecodeHandlerType)
+		fmt.Fprintf(&b, "- name: prefill-filter\n  type: %s\n  parameters: {seed: %d, keep: 0.5}\n", subsetFilterType, filterSeed+1)
+		b.WriteString("- name: prefill-picker\n  type: max-score-picker\n")
+	}
+	b.WriteString("schedulingProfiles:\n")
+	if s.PrefillDecode {
+		b.WriteString("- name: prefill\n  plugins:\n  - pluginRef: prefill-filter\n  - pluginRef: prefix\n    weight: 3\n  - pluginRef: prefill-picker\n")
+	}
+	fmt.Fprintf(&b, "- name: %s\n  plugins:\n", profile)
 	if s.Filter != "" {
 		b.WriteString("  - pluginRef: filter\n")
 	}
@@ -155,6 +171,7 @@ func suiteRegistry(sink *scoreSink) *framework.Registry {
 	reg.MustRegister(subsetFilterType, subsetFilterFactory)
 	reg.MustRegister(offByOneType, offByOneFactory)
 	reg.MustRegister(candidatesOnlyType, candidatesOnlyFactory)
+	reg.MustRegister(prefillDecodeHandlerType, prefillDecodeHandlerFactory)
 	return reg
 }
 
@@ -233,7 +250,8 @@ func (p *pool) list() []*framework.EndpointMetadata {
 // runStats counts what a workload exercised, so a vacuous run is visible.
 type runStats struct {
 	Requests, Scheduled, WithMatch, Joins, Leaves, Filtered, Chat int
-	MaxIndex                                                      int
+	// PrefillElsewhere counts requests whose prefill target differs from the decode target.
+	PrefillElsewhere, MaxIndex int
 }
 
 // runWorkload drives both pipelines through one randomised workload and returns the first
@@ -322,8 +340,12 @@ func runWorkload(seed int64, legacyType string, n int, force func(*shape)) (d *d
 				}
 			}
 		}
-		if ka, kb := targetKeys(resA), targetKeys(resB); !slices.Equal(ka, kb) {
+		if ka, kb := targetKeys(resA), targetKeys(resB); !maps.EqualFunc(ka, kb, slices.Equal) {
 			return &divergence{Request: i, What: "picks", Summary: summary, Diff: cmp.Diff(ka, kb)}, st, nil
+		}
+		if pf := resA.ProfileResults["prefill"]; pf != nil && len(pf.TargetEndpoints) > 0 &&
+			pf.TargetEndpoints[0].Key() != resA.Primary().TargetEndpoints[0].Key() {
+			st.PrefillElsewhere++
 		}
 		a.rt.PreRequest(ctx, req, resA)
 		b.rt.PreRequest(ctx, req, resB)
@@ -342,14 +364,20 @@ func runWorkload(seed int64, legacyType string, n int, force func(*shape)) (d *d
 	return nil, st, nil
 }
 
-func targetKeys(res *framework.SchedulingResult) []string {
-	pr := res.Primary()
-	if pr == nil {
-		return nil
-	}
-	out := make([]string, len(pr.TargetEndpoints))
-	for i, ep := range pr.TargetEndpoints {
-		out[i] = ep.Key()
+// targetKeys returns every profile's target keys, in order, and the primary profile's name
+// under the key "primary:<name>".
+func targetKeys(res *framework.SchedulingResult) map[string][]string {
+	out := map[string][]string{"primary:" + res.PrimaryProfileName: nil}
+	for name, pr := range res.ProfileResults {
+		if pr == nil {
+			out[name] = nil
+			continue
+		}
+		keys := make([]string, len(pr.TargetEndpoints))
+		for i, ep := range pr.TargetEndpoints {
+			keys[i] = ep.Key()
+		}
+		out[name] = keys
 	}
 	return out
 }

@@ -30,6 +30,9 @@ const (
 	// candidatesOnlyType is a second negative control: the legacy scorer whose match walk stops
 	// at the first block no *candidate* holds, instead of no endpoint in the whole index.
 	candidatesOnlyType = "eqsuite-legacy-candidates-only"
+	// prefillDecodeHandlerType runs a "prefill" and a "decode" profile and makes decode primary,
+	// so PreRequest indexes two targets (P/D disaggregation, SPEC §2.2).
+	prefillDecodeHandlerType = "eqsuite-prefill-decode-handler"
 )
 
 // scoreCall is one Score call as a recorder saw it.
@@ -265,4 +268,33 @@ func (m *candidatesOnlyLegacy) Score(ctx context.Context, cycle *framework.Cycle
 		scores[ep.Key()] = float64(counts[ep.Key()]) / float64(len(st.Hashes))
 	}
 	return scores
+}
+
+// prefillDecodeHandler runs every profile in the first round and returns "decode" as the primary
+// profile; the "prefill" result rides along, so prefix PreRequest plugins index its target too.
+type prefillDecodeHandler struct{ typed framework.TypedName }
+
+func prefillDecodeHandlerFactory(name string, raw json.RawMessage, _ framework.Handle) (framework.Plugin, error) {
+	if err := framework.DecodeParameters(raw, &struct{}{}); err != nil {
+		return nil, err
+	}
+	return &prefillDecodeHandler{typed: framework.TypedName{Type: prefillDecodeHandlerType, Name: name}}, nil
+}
+
+func (h *prefillDecodeHandler) TypedName() framework.TypedName { return h.typed }
+
+func (h *prefillDecodeHandler) Pick(_ context.Context, _ *framework.CycleState, _ *framework.LLMRequest,
+	profiles map[string]*framework.SchedulerProfile, results map[string]*framework.ProfileRunResult) map[string]*framework.SchedulerProfile {
+	if len(results) > 0 {
+		return nil
+	}
+	return profiles
+}
+
+func (h *prefillDecodeHandler) ProcessResults(_ context.Context, _ *framework.CycleState, _ *framework.LLMRequest,
+	results map[string]*framework.ProfileRunResult) (*framework.SchedulingResult, error) {
+	if results["decode"] == nil {
+		return nil, fmt.Errorf("profile decode found no endpoint")
+	}
+	return &framework.SchedulingResult{ProfileResults: results, PrimaryProfileName: "decode"}, nil
 }
