@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	_ "net/http/pprof" // served only when EPPKIT_PPROF_ADDR is set
 	"os"
 	"os/signal"
 	"slices"
@@ -74,6 +76,10 @@ func runFakeVLLM(cmd *cobra.Command, args []string) error {
 		return err
 	}
 	logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+	if addr := os.Getenv("EPPKIT_PPROF_ADDR"); addr != "" {
+		// Diagnostics: net/http/pprof on a separate listener, e.g. EPPKIT_PPROF_ADDR=127.0.0.1:6060.
+		go func() { logger.Warn("pprof server stopped", "err", http.ListenAndServe(addr, nil)) }()
+	}
 	inst, err := vllm.Start(cfg, vllm.Options{Logger: logger})
 	if err != nil {
 		return err
