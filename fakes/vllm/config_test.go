@@ -84,6 +84,18 @@ func TestFlags(t *testing.T) {
 			t.Errorf("config = %+v", cfg)
 		}
 	})
+	t.Run("a v0.10.2 command line seen in the wild", func(t *testing.T) {
+		// docker run ghcr.io/llm-d/llm-d-inference-sim:v0.10.2 ... (public scripts): Go durations.
+		cfg, warnings, err := parseArgs(t, "--model", "test-model", "--mode", "echo", "--max-model-len", "8192",
+			"--enable-kvcache", "--kv-cache-size", "512", "--block-size", "16", "--max-num-seqs", "64",
+			"--time-to-first-token", "50ms", "--inter-token-latency", "20ms", "--time-factor-under-load", "2.5")
+		if err != nil || len(warnings) != 0 {
+			t.Fatalf("err %v, warnings %v", err, warnings)
+		}
+		if cfg.TimeToFirstToken.D() != 50*time.Millisecond || cfg.InterTokenLatency.D() != 20*time.Millisecond || cfg.TimeFactorUnderLoad != 2.5 {
+			t.Errorf("latency = %+v", cfg.Latency)
+		}
+	})
 	t.Run("durations and failure types", func(t *testing.T) {
 		cfg, _, err := parseArgs(t, "--model", "m", "--inter-token-latency", "12ms", "--inter-token-latency-std-dev", "2",
 			"--prefill-overhead", "30ms", "--prefill-time-per-token", "250us", "--time-factor-under-load", "2",

@@ -274,3 +274,30 @@ func TestAdminConfig(t *testing.T) {
 		t.Errorf("unpinning: status %d body %s", resp.StatusCode, b)
 	}
 }
+
+func TestGaugeOnlyMetrics(t *testing.T) {
+	for _, gaugeOnly := range []bool{false, true} {
+		inst := startTest(t, func(c *Config) { c.GaugeOnly = gaugeOnly })
+		if resp, b := post(t, inst.URL()+"/v1/completions", `{"model":"m","prompt":"x","max_tokens":3}`); resp.StatusCode != 200 {
+			t.Fatalf("status %d: %s", resp.StatusCode, b)
+		}
+		resp, err := http.Get(inst.URL() + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		text := string(body)
+		for _, name := range []string{MetricRunning, MetricWaiting, MetricKVCacheUsage, MetricLoraInfo, MetricCacheConfig,
+			MetricPromptTokens, MetricGenerationTokens, MetricRequestSuccess, MetricPrefixQueries, MetricPrefixHits} {
+			if !strings.Contains(text, "# TYPE "+name+" ") {
+				t.Errorf("gaugeOnly=%v: %s missing", gaugeOnly, name)
+			}
+		}
+		for _, name := range []string{MetricTTFT, MetricInterToken, MetricTPOT, MetricE2E, MetricQueueTime} {
+			if got := strings.Contains(text, "# TYPE "+name+" histogram"); got == gaugeOnly {
+				t.Errorf("gaugeOnly=%v: histogram %s present = %v", gaugeOnly, name, got)
+			}
+		}
+	}
+}
