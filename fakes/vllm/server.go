@@ -452,8 +452,16 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, chat b
 		id = strconv.Itoa(s.rank) + "-" + strconv.FormatUint(s.reqSeq.Add(1), 10)
 	}
 	ctx := r.Context()
-	seq, err := s.engine().Submit(ctx, engine.Request{ID: id, Model: s.cfg.Model, LoRA: lora,
-		Prompt: req.promptText, MaxTokens: nOut, FinishReason: finish, CacheSalt: req.CacheSalt})
+	ereq := engine.Request{ID: id, Model: s.cfg.Model, LoRA: lora, Prompt: req.promptText,
+		MaxTokens: nOut, FinishReason: finish, CacheSalt: req.CacheSalt}
+	eng := s.engine()
+	seq, err := eng.Submit(ctx, ereq)
+	if errors.Is(err, engine.ErrEngineClosed) {
+		// A latency change may have retired eng between reading and using it; use the current one.
+		if cur := s.engine(); cur != eng {
+			seq, err = cur.Submit(ctx, ereq)
+		}
+	}
 	if err != nil {
 		switch {
 		case errors.Is(err, engine.ErrQueueFull):
@@ -461,6 +469,8 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, chat b
 		case errors.Is(err, engine.ErrPromptTooLong):
 			writeAPIError(w, NewAPIError(http.StatusBadRequest, "prompt", "%v", err))
 		case ctx.Err() != nil:
+		case errors.Is(err, engine.ErrEngineClosed):
+			writeAPIError(w, NewAPIError(http.StatusServiceUnavailable, "", "the server is shutting down"))
 		default:
 			writeAPIError(w, NewAPIError(http.StatusInternalServerError, "", "engine: %v", err))
 		}
