@@ -28,6 +28,7 @@ func newFakeVLLMLoadtestCommand() *cobra.Command {
 		maxTokens   int
 		serverPID   int
 		timeout     time.Duration
+		ramp        time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:    "loadtest --url URL --model NAME --concurrency N",
@@ -39,7 +40,7 @@ func newFakeVLLMLoadtestCommand() *cobra.Command {
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			res, err := runLoad(ctx, url, model, concurrency, rounds, maxTokens, serverPID)
+			res, err := runLoad(ctx, url, model, concurrency, rounds, maxTokens, serverPID, ramp)
 			if err != nil {
 				return err
 			}
@@ -55,6 +56,7 @@ func newFakeVLLMLoadtestCommand() *cobra.Command {
 	f.IntVar(&maxTokens, "max-tokens", 100, "max_tokens of every request (random mode emits exactly this many)")
 	f.IntVar(&serverPID, "server-pid", 0, "PID of the server process, to report its CPU over the run")
 	f.DurationVar(&timeout, "timeout", 5*time.Minute, "Overall timeout")
+	f.DurationVar(&ramp, "ramp", 0, "Spread the workers' first requests evenly over this span (0: all at once)")
 	return cmd
 }
 
@@ -118,7 +120,7 @@ func (r *loadResult) String() string {
 	return b.String()
 }
 
-func runLoad(ctx context.Context, url, model string, concurrency, rounds, maxTokens, serverPID int) (*loadResult, error) {
+func runLoad(ctx context.Context, url, model string, concurrency, rounds, maxTokens, serverPID int, ramp time.Duration) (*loadResult, error) {
 	tr := &http.Transport{MaxIdleConns: concurrency, MaxIdleConnsPerHost: concurrency,
 		DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext}
 	client := &http.Client{Transport: tr}
@@ -141,6 +143,7 @@ func runLoad(ctx context.Context, url, model string, concurrency, rounds, maxTok
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			time.Sleep(ramp * time.Duration(w) / time.Duration(concurrency))
 			gaps := make([]time.Duration, 0, rounds*maxTokens)
 			var ttfts []time.Duration
 			var tokens, errs int

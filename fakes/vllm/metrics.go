@@ -29,6 +29,9 @@ const (
 	MetricTPOT             = "vllm:time_per_output_token_seconds"
 	MetricE2E              = "vllm:e2e_request_latency_seconds"
 	MetricQueueTime        = "vllm:request_queue_time_seconds"
+	// MetricTokenLateness is eppkit's own: how late each output token was written after its
+	// scheduled time (engine clock), in seconds. It tells whether the fake keeps up under load.
+	MetricTokenLateness = "eppkit_fake_token_lateness_seconds"
 )
 
 // Histogram buckets in seconds, vLLM's (vllm/v1/metrics/loggers.py; restated in
@@ -66,6 +69,7 @@ type metrics struct {
 
 	success                   *prometheus.CounterVec
 	ttft, itl, tpot, e2e, que prometheus.Observer
+	lateness                  prometheus.Observer
 
 	mu         sync.Mutex
 	loraKey    string
@@ -108,6 +112,8 @@ func newMetrics(model string, maxLoras, blockSize int, gaugeOnly bool, stats fun
 	m.tpot = hist(MetricTPOT, "Histogram of time per output token in seconds.", InterTokenBuckets)
 	m.e2e = hist(MetricE2E, "Histogram of e2e request latency in seconds.", RequestLatencyBuckets)
 	m.que = hist(MetricQueueTime, "Histogram of time spent in WAITING phase for request.", RequestLatencyBuckets)
+	m.lateness = hist(MetricTokenLateness, "Delay between an output token's scheduled time and its write, in seconds (eppkit).",
+		[]float64{0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5})
 	return m
 }
 
@@ -177,6 +183,13 @@ func (m *metrics) requestDone(finish string, queue, ttft, e2e time.Duration, tok
 	m.e2e.Observe(e2e.Seconds())
 	if tokens > 1 {
 		m.tpot.Observe((e2e - ttft).Seconds() / float64(tokens-1))
+	}
+}
+
+// tokenLate records how late one token was written.
+func (m *metrics) tokenLate(d time.Duration) {
+	if m.lateness != nil {
+		m.lateness.Observe(max(d, 0).Seconds())
 	}
 }
 

@@ -519,6 +519,7 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, chat b
 			if err := st.token(tokenText(ev.Index), n == 1); err != nil {
 				return
 			}
+			s.met.tokenLate(clk.Since(ev.At))
 			if abort {
 				panic(http.ErrAbortHandler)
 			}

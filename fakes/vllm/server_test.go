@@ -294,7 +294,7 @@ func TestGaugeOnlyMetrics(t *testing.T) {
 				t.Errorf("gaugeOnly=%v: %s missing", gaugeOnly, name)
 			}
 		}
-		for _, name := range []string{MetricTTFT, MetricInterToken, MetricTPOT, MetricE2E, MetricQueueTime} {
+		for _, name := range []string{MetricTTFT, MetricInterToken, MetricTPOT, MetricE2E, MetricQueueTime, MetricTokenLateness} {
 			if got := strings.Contains(text, "# TYPE "+name+" histogram"); got == gaugeOnly {
 				t.Errorf("gaugeOnly=%v: histogram %s present = %v", gaugeOnly, name, got)
 			}
