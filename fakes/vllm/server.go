@@ -295,7 +295,8 @@ func (s *Server) Handler() http.Handler {
 
 // resolveModel maps a request's model to (base, adapter); ok is false for an unknown model.
 func (s *Server) resolveModel(name string) (lora string, ok bool) {
-	if slices.Contains(s.cfg.ServedModelNames, name) || name == s.cfg.Model {
+	// As vLLM and the simulator: the served names (default [--model]) and loaded adapters.
+	if slices.Contains(s.cfg.ServedModelNames, name) {
 		return "", true
 	}
 	s.lorasMu.RLock()

@@ -301,3 +301,26 @@ func TestGaugeOnlyMetrics(t *testing.T) {
 		}
 	}
 }
+
+func TestServedModelNames(t *testing.T) {
+	inst := startTest(t, func(c *Config) { c.ServedModelNames = []string{"alias1", "alias2"} })
+	tests := []struct {
+		model string
+		want  int
+	}{{"alias1", 200}, {"alias2", 200}, {"m", 404}}
+	for _, tc := range tests {
+		resp, b := post(t, inst.URL()+"/v1/completions", `{"model":"`+tc.model+`","prompt":"x","max_tokens":1}`)
+		if resp.StatusCode != tc.want {
+			t.Errorf("model %q: status %d (%s), want %d", tc.model, resp.StatusCode, b, tc.want)
+		}
+	}
+	resp, err := http.Get(inst.URL() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), MetricRunning+`{model_name="alias1"} 0`) {
+		t.Errorf("metrics do not label model_name with the first served name:\n%s", body)
+	}
+}
