@@ -1,0 +1,212 @@
+// Package conformance is eppkit's black-box conformance library for endpoint pickers (EPPs) of the
+// Gateway API Inference Extension: tests as data (ConformanceTest in a registry), profiles and
+// features, timeouts, anti-flake helpers, targets, endpoint sources, the harness (fake vLLM fleet +
+// fake gateway + target) and the report writers. The Ginkgo suite (suites/conformance), the reports
+// and the catalogue are all fed from the one registry returned by All.
+//
+// Modelled on sigs.k8s.io/gateway-api conformance/utils/suite (ConformanceTest, profiles, reports);
+// the code is ours. This package never imports reference/ (DESIGN.md import rules).
+package conformance
+
+import (
+	"fmt"
+	"regexp"
+	"sort"
+	"sync"
+)
+
+// Level says who must follow a rule (SPEC "Every rule carries a level").
+type Level string
+
+const (
+	// LevelMUST is the EPP protocol (GIE proposal 004): every EPP must do this. Only MUST rules
+	// belong to the core EPP profile.
+	LevelMUST Level = "MUST"
+	// LevelUpstream is what GIE's EPP v1.5.0 does; tested only under an extended feature.
+	LevelUpstream Level = "upstream"
+	// LevelEppkit is eppkit's own fix or extension; tested only in the Reference profile.
+	LevelEppkit Level = "eppkit"
+)
+
+// Profile is a named set of tests an implementation claims to pass; one report is written per profile.
+type Profile string
+
+const (
+	// ProfileEPP is the core profile: only LevelMUST rules, no features.
+	ProfileEPP Profile = "EPP"
+	// ProfileEPPRouting holds the routing behaviours (SPEC §6), each gated by a Feature.
+	ProfileEPPRouting Profile = "EPP-Routing"
+	// ProfileReference holds eppkit-only rules; only eppkit's reference EPP claims it.
+	ProfileReference Profile = "Reference"
+)
+
+// Profiles lists every profile in report order.
+var Profiles = []Profile{ProfileEPP, ProfileEPPRouting, ProfileReference}
+
+// Feature is an extended capability an implementation may claim with --supported-features.
+type Feature string
+
+const (
+	// FeatureOpenAIRequestParsing: SPEC §5.2 request handling (bodies, headers, error codes).
+	FeatureOpenAIRequestParsing Feature = "OpenAIRequestParsing"
+	// FeaturePrefixCacheAffinity: SPEC §6 prefix-cache affinity.
+	FeaturePrefixCacheAffinity Feature = "PrefixCacheAffinity"
+	// FeatureQueueAwareness: SPEC §6 queue-depth awareness.
+	FeatureQueueAwareness Feature = "QueueAwareness"
+	// FeatureKVCacheAwareness: SPEC §6 KV-cache utilisation awareness.
+	FeatureKVCacheAwareness Feature = "KVCacheAwareness"
+	// FeatureLoRAAffinity: SPEC §6 LoRA adapter affinity.
+	FeatureLoRAAffinity Feature = "LoRAAffinity"
+	// FeaturePredictedLatency: SPEC §6 predicted-latency (SLO) routing.
+	FeaturePredictedLatency Feature = "PredictedLatency"
+	// FeatureRequestShedding: SPEC §6 shedding of sheddable requests under saturation.
+	FeatureRequestShedding Feature = "RequestShedding"
+	// FeatureEndpointChurn: SPEC §6 endpoint removal/addition observed through discovery.
+	FeatureEndpointChurn Feature = "EndpointChurn"
+	// FeatureDataParallelRanks: endpoints that expose several data-parallel ranks.
+	FeatureDataParallelRanks Feature = "DataParallelRanks"
+)
+
+// AllFeatures lists every Feature in a stable order.
+var AllFeatures = []Feature{
+	FeatureOpenAIRequestParsing, FeaturePrefixCacheAffinity, FeatureQueueAwareness,
+	FeatureKVCacheAwareness, FeatureLoRAAffinity, FeaturePredictedLatency,
+	FeatureRequestShedding, FeatureEndpointChurn, FeatureDataParallelRanks,
+}
+
+// TestingT is the part of testing.T a conformance test uses. ginkgo.GinkgoT() satisfies it, and so
+// does the in-process runner's own implementation. Fatalf and FailNow stop the test (they do not
+// return).
+type TestingT interface {
+	Helper()
+	Logf(format string, args ...any)
+	Errorf(format string, args ...any)
+	Fatalf(format string, args ...any)
+	FailNow()
+	Failed() bool
+	Cleanup(func())
+	Name() string
+}
+
+// ConformanceTest is one rule, as data. Register it from an init() in conformance/tests/<name>.go.
+type ConformanceTest struct {
+	// ShortName identifies the test; UpperCamelCase; stable once published (reports key on it).
+	ShortName string
+	// Description is the rule in one normative sentence ("The EPP MUST ...").
+	Description string
+	// Level is who must follow the rule; it must fit the Profile (EPP ⇒ MUST, Reference ⇒ eppkit).
+	Level Level
+	// Profile is the profile whose report the result goes to.
+	Profile Profile
+	// Features gate the test: it runs only when every one is supported and none is exempt.
+	Features []Feature
+	// Preconditions say what the EPP must be configured with for the test to apply.
+	Preconditions []string
+	// Source is where the rule comes from: a GIE proposal/PR/file or a SPEC section.
+	Source string
+	// Provisional marks a test whose rule may still change; its failures are reported, not hidden.
+	Provisional bool
+	// Run performs the test against the harness.
+	Run func(t TestingT, s *Suite)
+}
+
+var shortNameRE = regexp.MustCompile(`^[A-Z][A-Za-z0-9]*$`)
+
+// Validate reports the first problem with the test's fields, naming the field.
+func (ct ConformanceTest) Validate() error {
+	switch {
+	case !shortNameRE.MatchString(ct.ShortName):
+		return fmt.Errorf("ShortName %q: must be UpperCamelCase ([A-Z][A-Za-z0-9]*)", ct.ShortName)
+	case ct.Description == "":
+		return fmt.Errorf("%s: Description is empty", ct.ShortName)
+	case ct.Run == nil:
+		return fmt.Errorf("%s: Run is nil", ct.ShortName)
+	case ct.Source == "":
+		return fmt.Errorf("%s: Source is empty", ct.ShortName)
+	}
+	switch ct.Profile {
+	case ProfileEPP:
+		if ct.Level != LevelMUST {
+			return fmt.Errorf("%s: Level %q: the EPP profile holds only MUST rules", ct.ShortName, ct.Level)
+		}
+		if len(ct.Features) != 0 {
+			return fmt.Errorf("%s: Features: the EPP profile is not feature-gated", ct.ShortName)
+		}
+	case ProfileEPPRouting:
+		if ct.Level == LevelEppkit {
+			return fmt.Errorf("%s: Level eppkit: eppkit-only rules belong to the Reference profile", ct.ShortName)
+		}
+		if len(ct.Features) == 0 {
+			return fmt.Errorf("%s: Features: EPP-Routing tests need at least one feature", ct.ShortName)
+		}
+	case ProfileReference:
+	default:
+		return fmt.Errorf("%s: Profile %q: want one of %v", ct.ShortName, ct.Profile, Profiles)
+	}
+	switch ct.Level {
+	case LevelMUST, LevelUpstream, LevelEppkit:
+	default:
+		return fmt.Errorf("%s: Level %q: want MUST, upstream or eppkit", ct.ShortName, ct.Level)
+	}
+	for _, f := range ct.Features {
+		if !knownFeature(f) {
+			return fmt.Errorf("%s: Features: unknown feature %q", ct.ShortName, f)
+		}
+	}
+	return nil
+}
+
+func knownFeature(f Feature) bool {
+	for _, k := range AllFeatures {
+		if k == f {
+			return true
+		}
+	}
+	return false
+}
+
+var (
+	registryMu sync.Mutex
+	registry   = map[string]ConformanceTest{}
+)
+
+// Register adds a test to the registry. It panics on a duplicate ShortName or invalid fields:
+// it is called from init(), where a mistake must stop the binary at once.
+func Register(ct ConformanceTest) {
+	if err := ct.Validate(); err != nil {
+		panic("conformance.Register: " + err.Error())
+	}
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	if _, dup := registry[ct.ShortName]; dup {
+		panic("conformance.Register: duplicate ShortName " + ct.ShortName)
+	}
+	registry[ct.ShortName] = ct
+}
+
+// All returns every registered test, sorted by Profile (in Profiles order) then ShortName.
+func All() []ConformanceTest {
+	registryMu.Lock()
+	out := make([]ConformanceTest, 0, len(registry))
+	for _, ct := range registry {
+		out = append(out, ct)
+	}
+	registryMu.Unlock()
+	sort.Slice(out, func(i, j int) bool {
+		pi, pj := profileIndex(out[i].Profile), profileIndex(out[j].Profile)
+		if pi != pj {
+			return pi < pj
+		}
+		return out[i].ShortName < out[j].ShortName
+	})
+	return out
+}
+
+func profileIndex(p Profile) int {
+	for i, q := range Profiles {
+		if q == p {
+			return i
+		}
+	}
+	return len(Profiles)
+}

@@ -1,0 +1,115 @@
+package conformance
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"sigs.k8s.io/yaml"
+)
+
+// TimeoutConfig holds every wait of the suite in one place (gateway-api conformance/utils/config
+// TimeoutConfig is the model). Load overrides from YAML with LoadTimeoutConfig (`--timeout-config`);
+// keys are the JSON tags, values Go duration strings ("5s", "250ms").
+type TimeoutConfig struct {
+	// TargetReady bounds the wait for the target's gRPC health SERVING and a first successful pick.
+	TargetReady Duration `json:"targetReady"`
+	// HarnessStart bounds starting the fleet, the endpoint source and the gateway.
+	HarnessStart Duration `json:"harnessStart"`
+	// Request bounds one request through the gateway or one ext_proc exchange.
+	Request Duration `json:"request"`
+	// MetricsPropagation bounds how long after pinning a fake's metrics the EPP may still route on
+	// the old values (its scrape interval plus slack).
+	MetricsPropagation Duration `json:"metricsPropagation"`
+	// EndpointChange bounds how long the EPP may take to observe an endpoint added or removed.
+	EndpointChange Duration `json:"endpointChange"`
+	// Poll is the interval between attempts of the Must* helpers.
+	Poll Duration `json:"poll"`
+	// RequiredConsecutiveSuccesses is how many consecutive successful checks make an eventual
+	// condition hold (the anti-flake primitive).
+	RequiredConsecutiveSuccesses int `json:"requiredConsecutiveSuccesses"`
+	// TestTimeout bounds one whole test.
+	TestTimeout Duration `json:"testTimeout"`
+	// TargetStop bounds the graceful stop of a command target before it is killed.
+	TargetStop Duration `json:"targetStop"`
+}
+
+// DefaultTimeoutConfig returns the defaults: generous enough for a loaded 2-core CI machine.
+func DefaultTimeoutConfig() TimeoutConfig {
+	return TimeoutConfig{
+		TargetReady:                  Duration(60 * time.Second),
+		HarnessStart:                 Duration(60 * time.Second),
+		Request:                      Duration(10 * time.Second),
+		MetricsPropagation:           Duration(5 * time.Second),
+		EndpointChange:               Duration(15 * time.Second),
+		Poll:                         Duration(50 * time.Millisecond),
+		RequiredConsecutiveSuccesses: 3,
+		TestTimeout:                  Duration(3 * time.Minute),
+		TargetStop:                   Duration(5 * time.Second),
+	}
+}
+
+// Validate reports the first non-positive field, by its YAML key.
+func (c TimeoutConfig) Validate() error {
+	for _, f := range []struct {
+		name string
+		d    Duration
+	}{{"targetReady", c.TargetReady}, {"harnessStart", c.HarnessStart}, {"request", c.Request},
+		{"metricsPropagation", c.MetricsPropagation}, {"endpointChange", c.EndpointChange},
+		{"poll", c.Poll}, {"testTimeout", c.TestTimeout}, {"targetStop", c.TargetStop}} {
+		if f.d <= 0 {
+			return fmt.Errorf("timeout config: %s must be > 0, got %s", f.name, time.Duration(f.d))
+		}
+	}
+	if c.RequiredConsecutiveSuccesses < 1 {
+		return fmt.Errorf("timeout config: requiredConsecutiveSuccesses must be >= 1, got %d", c.RequiredConsecutiveSuccesses)
+	}
+	return nil
+}
+
+// LoadTimeoutConfig reads a YAML file of overrides on top of DefaultTimeoutConfig. Unknown keys
+// and invalid values are errors naming the key.
+func LoadTimeoutConfig(path string) (TimeoutConfig, error) {
+	c := DefaultTimeoutConfig()
+	if path == "" {
+		return c, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return c, fmt.Errorf("timeout config: %w", err)
+	}
+	return ParseTimeoutConfig(b)
+}
+
+// ParseTimeoutConfig parses YAML overrides on top of DefaultTimeoutConfig.
+func ParseTimeoutConfig(b []byte) (TimeoutConfig, error) {
+	c := DefaultTimeoutConfig()
+	if err := yaml.UnmarshalStrict(b, &c); err != nil {
+		return c, fmt.Errorf("timeout config: %w", err)
+	}
+	return c, c.Validate()
+}
+
+// Duration is a time.Duration that reads and writes as a Go duration string in YAML/JSON.
+type Duration time.Duration
+
+// D returns the time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// MarshalJSON writes the duration as a string such as "1.5s".
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return []byte(`"` + time.Duration(d).String() + `"`), nil
+}
+
+// UnmarshalJSON reads a Go duration string ("250ms", "5s").
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	if len(b) < 2 || b[0] != '"' || b[len(b)-1] != '"' {
+		return fmt.Errorf("invalid duration %s: want a quoted Go duration such as \"5s\"", b)
+	}
+	v, err := time.ParseDuration(string(b[1 : len(b)-1]))
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
