@@ -1,0 +1,160 @@
+package conformance
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Outcome is what happened to one test in a run.
+type Outcome string
+
+const (
+	// Passed: the test ran and no check failed.
+	Passed Outcome = "passed"
+	// Failed: a check failed, the test panicked or timed out.
+	Failed Outcome = "failed"
+	// Skipped: the test did not run; TestResult.Message says why.
+	Skipped Outcome = "skipped"
+)
+
+// TestResult is the outcome of one test.
+type TestResult struct {
+	// Test is the registry entry.
+	Test ConformanceTest
+	// Outcome is passed, failed or skipped.
+	Outcome Outcome
+	// Message is the first failure message (Failed) or the skip reason (Skipped).
+	Message string
+	// Log is everything the test logged (Logf, Errorf, Fatalf), in order.
+	Log string
+	// Start is when the test started; Duration how long it ran.
+	Start    time.Time
+	Duration time.Duration
+}
+
+// Selection is the part of a run's flags that decides which tests run (the gateway-api
+// conformance skip rules).
+type Selection struct {
+	// Profiles are the profiles to run and report; tests of other profiles are not reported.
+	Profiles []Profile
+	// SupportedFeatures are the extended features the implementation claims.
+	SupportedFeatures []Feature
+	// ExemptFeatures are features whose tests are skipped even when supported.
+	ExemptFeatures []Feature
+	// SkipTests are ShortNames to skip.
+	SkipTests []string
+	// RunTest, when set, runs only the test with this ShortName.
+	RunTest string
+}
+
+// Validate checks every name against the registry and the known profiles and features; the error
+// names the flag.
+func (sel Selection) Validate(tests []ConformanceTest) error {
+	if len(sel.Profiles) == 0 {
+		return fmt.Errorf("--profiles: at least one profile is required (have %v)", Profiles)
+	}
+	for _, p := range sel.Profiles {
+		if profileIndex(p) == len(Profiles) {
+			return fmt.Errorf("--profiles: unknown profile %q (have %v)", p, Profiles)
+		}
+	}
+	for _, fs := range []struct {
+		flag string
+		fs   []Feature
+	}{{"--supported-features", sel.SupportedFeatures}, {"--exempt-features", sel.ExemptFeatures}} {
+		for _, f := range fs.fs {
+			if !knownFeature(f) {
+				return fmt.Errorf("%s: unknown feature %q (have %v)", fs.flag, f, AllFeatures)
+			}
+		}
+	}
+	names := map[string]bool{}
+	for _, ct := range tests {
+		names[ct.ShortName] = true
+	}
+	for _, n := range sel.SkipTests {
+		if !names[n] {
+			return fmt.Errorf("--skip-tests: no test named %q", n)
+		}
+	}
+	if sel.RunTest != "" && !names[sel.RunTest] {
+		return fmt.Errorf("--run-test: no test named %q", sel.RunTest)
+	}
+	return nil
+}
+
+// Selected reports whether the test's profile is selected (only those tests are reported).
+func (sel Selection) Selected(ct ConformanceTest) bool {
+	return slices.Contains(sel.Profiles, ct.Profile)
+}
+
+// SkipReason returns why the test must not run, or "" when it runs. Order: profile, --run-test,
+// --skip-tests, exempt features, unsupported features.
+func (sel Selection) SkipReason(ct ConformanceTest) string {
+	if !sel.Selected(ct) {
+		return fmt.Sprintf("profile %s is not selected (--profiles)", ct.Profile)
+	}
+	if sel.RunTest != "" && sel.RunTest != ct.ShortName {
+		return fmt.Sprintf("only %s runs (--run-test)", sel.RunTest)
+	}
+	if slices.Contains(sel.SkipTests, ct.ShortName) {
+		return "skipped by --skip-tests"
+	}
+	var exempt, missing []string
+	for _, f := range ct.Features {
+		if slices.Contains(sel.ExemptFeatures, f) {
+			exempt = append(exempt, string(f))
+		} else if !slices.Contains(sel.SupportedFeatures, f) {
+			missing = append(missing, string(f))
+		}
+	}
+	if len(exempt) > 0 {
+		return "feature " + strings.Join(exempt, ", ") + " is exempt (--exempt-features)"
+	}
+	if len(missing) > 0 {
+		return "feature " + strings.Join(missing, ", ") + " is not in --supported-features"
+	}
+	return ""
+}
+
+// ParseProfiles parses a comma list of profile names ("all" = every profile).
+func ParseProfiles(s string) ([]Profile, error) {
+	if strings.TrimSpace(s) == "all" {
+		return slices.Clone(Profiles), nil
+	}
+	var out []Profile
+	for _, p := range splitList(s) {
+		if profileIndex(Profile(p)) == len(Profiles) {
+			return nil, fmt.Errorf("unknown profile %q (have %v or all)", p, Profiles)
+		}
+		out = append(out, Profile(p))
+	}
+	return out, nil
+}
+
+// ParseFeatures parses a comma list of feature names ("all" = every feature).
+func ParseFeatures(s string) ([]Feature, error) {
+	if strings.TrimSpace(s) == "all" {
+		return slices.Clone(AllFeatures), nil
+	}
+	var out []Feature
+	for _, f := range splitList(s) {
+		if !knownFeature(Feature(f)) {
+			return nil, fmt.Errorf("unknown feature %q (have %v or all)", f, AllFeatures)
+		}
+		out = append(out, Feature(f))
+	}
+	return out, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
