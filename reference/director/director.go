@@ -1,0 +1,413 @@
+// Package director runs one inference request through the reference EPP's framework Runtime
+// (SPEC §1): it parses the body, builds the framework.LLMRequest, takes the candidate endpoints
+// from the endpoint source (discovery) with a snapshot of each one's metrics (data layer),
+// applies the subset hint, the saturation detector and shedding (SPEC §3), the stale-endpoint
+// filter [eppkit], then PrepareData → Admission → Scheduling → PreRequest, and afterwards the
+// response hooks and EndRequest. Errors wrap the framework's typed errors and are mapped to HTTP
+// statuses by one table (StatusFor, SPEC §5.3).
+//
+// The director knows nothing about Envoy; reference/extproc turns ext_proc messages into calls
+// of HandleRequest, Response* and EndRequest.
+package director
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"github.com/eppkit/eppkit/reference/framework"
+)
+
+// Request headers the director reads (SPEC §5.2). Upstream: gateway-api-inference-extension,
+// pkg/epp/metadata/consts.go and pkg/common/request.
+const (
+	HeaderRequestID        = "x-request-id"
+	HeaderObjective        = "x-gateway-inference-objective"
+	HeaderFairnessID       = "x-gateway-inference-fairness-id"
+	HeaderModelNameRewrite = "x-gateway-model-name-rewrite"
+	// HeaderPath is the HTTP/2 pseudo-header Envoy sends with the request path.
+	HeaderPath = ":path"
+)
+
+// EndpointSource is what the director needs from discovery (reference/discovery.Source
+// satisfies it).
+type EndpointSource interface {
+	// Endpoints returns the current ready endpoints, sorted by Key().
+	Endpoints() []*framework.EndpointMetadata
+	// Priority returns the priority of the InferenceObjective named objective; ok is false when
+	// there is no such objective.
+	Priority(objective string) (priority int, ok bool)
+}
+
+// MetricsSource is what the director needs from the data layer (reference/datalayer.Collector
+// satisfies it).
+type MetricsSource interface {
+	// Metrics returns a copy of the endpoint's latest metrics, nil when never scraped.
+	Metrics(key string) *framework.Metrics
+	// Stale reports whether the endpoint's last scrape failed or is older than the stale threshold.
+	Stale(key string) bool
+}
+
+// Options configure a Director. Runtime and Endpoints are required.
+type Options struct {
+	// Runtime is the built framework runtime.
+	Runtime *framework.Runtime
+	// Endpoints is the endpoint source (discovery).
+	Endpoints EndpointSource
+	// Metrics is the metrics source (data layer); nil means no endpoint has metrics (every
+	// candidate counts as stale, so none is filtered, and the pool counts as saturated).
+	Metrics MetricsSource
+	// Clock times metrics freshness and scheduling; nil means the real clock.
+	Clock clock.PassiveClock
+	// Logger receives the director's logs; nil means slog.Default().
+	Logger *slog.Logger
+	// Observer records metrics of the request flow; nil records nothing.
+	Observer *Observer
+	// NewRequestID makes an x-request-id for requests without one; nil means a random UUID.
+	NewRequestID func() string
+}
+
+// Director runs requests through a Runtime. Safe for concurrent use.
+type Director struct {
+	rt      *framework.Runtime
+	src     EndpointSource
+	metrics MetricsSource
+	clock   clock.PassiveClock
+	logger  *slog.Logger
+	obs     *Observer
+	newID   func() string
+	sat     framework.SaturationDetectorConfig
+}
+
+// New returns a Director. It fails when Runtime or Endpoints is nil.
+func New(opts Options) (*Director, error) {
+	if opts.Runtime == nil {
+		return nil, errors.New("director: Options.Runtime is required")
+	}
+	if opts.Endpoints == nil {
+		return nil, errors.New("director: Options.Endpoints is required")
+	}
+	d := &Director{rt: opts.Runtime, src: opts.Endpoints, metrics: opts.Metrics, clock: opts.Clock,
+		logger: opts.Logger, obs: opts.Observer, newID: opts.NewRequestID}
+	if d.clock == nil {
+		d.clock = clock.RealClock{}
+	}
+	if d.logger == nil {
+		d.logger = slog.Default()
+	}
+	if d.newID == nil {
+		d.newID = newUUID
+	}
+	if sd := opts.Runtime.Config().SaturationDetector; sd != nil {
+		d.sat = *sd
+	}
+	return d, nil
+}
+
+// Runtime returns the director's runtime.
+func (d *Director) Runtime() *framework.Runtime { return d.rt }
+
+// Subset is the gateway's subset hint (filter metadata envoy.lb.subset_hint /
+// x-gateway-destination-endpoint-subset): the pick must be one of these endpoints, matched by IP.
+type Subset struct {
+	// Endpoints are "ip:port" or "ip" strings; empty means the hint is present but empty (503).
+	Endpoints []string
+}
+
+// Input is one request as the gateway delivered it.
+type Input struct {
+	// Headers are the request headers, keys lower case (pseudo-headers such as ":path" included).
+	Headers map[string]string
+	// Body is the reassembled request body; nil or empty for a headers-only request.
+	Body []byte
+	// Subset is the subset hint; nil when the gateway sent none.
+	Subset *Subset
+}
+
+// Result is a scheduled request.
+type Result struct {
+	// Request is the framework's view of the request. Pass it to the Response* hooks and to
+	// EndRequest.
+	Request *framework.LLMRequest
+	// Scheduling is the scheduling result (every profile's targets, the primary profile's name).
+	Scheduling *framework.SchedulingResult
+	// Targets are the primary profile's target endpoints, "ip:port", in order: the pick first,
+	// then the fallbacks.
+	Targets []string
+	// PrimaryProfile is the primary profile's name.
+	PrimaryProfile string
+	// RequestIDGenerated is true when the request had no x-request-id and the director made one.
+	RequestIDGenerated bool
+	// Body is the body to forward: the original bytes, or the body re-encoded with the rewritten
+	// model (BodyMutated). Nil for a headers-only request.
+	Body []byte
+	// BodyMutated is true when Body differs from the input body.
+	BodyMutated bool
+	// IncomingModel is the body's model before any rewrite ("" for a headers-only request).
+	IncomingModel string
+	// Stream is the body's "stream" field.
+	Stream bool
+}
+
+// Destination returns Targets joined by commas, the value of the pick header and metadata.
+func (r *Result) Destination() string { return strings.Join(r.Targets, ",") }
+
+// HandleRequest runs one request up to and including PreRequest (SPEC §1):
+//
+//  1. parses the body (400 on malformed JSON, missing model, empty messages; see ParseBody);
+//     a headers-only request (empty Body) is scheduled without a body;
+//  2. builds the LLMRequest: x-request-id (generated when absent), the target model
+//     (x-gateway-model-name-rewrite, else the body's model), the objective
+//     (x-gateway-inference-objective) and its priority from the endpoint source (absent = 0);
+//  3. candidates = the source's endpoints, narrowed to the subset hint by IP (present but
+//     empty → 503; nothing left → 503), each with a snapshot of its metrics;
+//  4. shedding: a sheddable request (priority < 0) is refused with 429 when the pool is
+//     saturated (Saturated);
+//  5. drops stale endpoints unless every candidate is stale [eppkit];
+//  6. Runtime.Schedule (PrepareData → Admission → Scheduling), then Runtime.PreRequest.
+//
+// On error the request's plugin state is already released (EndRequest), and the error wraps
+// one of framework.ErrBadRequest, ErrShed, ErrNoEndpoints or ErrInternal (StatusFor maps it).
+// On success the caller must call EndRequest(res.Request) exactly once when the request ends,
+// however it ends (normally after ResponseComplete).
+func (d *Director) HandleRequest(ctx context.Context, in *Input) (res *Result, err error) {
+	start := d.clock.Now()
+	var req *framework.LLMRequest
+	defer func() {
+		if err != nil && req != nil {
+			d.rt.EndRequest(req)
+		}
+		if d.obs != nil {
+			d.obs.observeRequest(StatusFor(err))
+		}
+	}()
+	headers := in.Headers
+	if headers == nil {
+		headers = map[string]string{}
+	}
+	res = &Result{}
+
+	var parsed *ParsedBody
+	if len(in.Body) > 0 {
+		parsed, err = ParseBody(APIFromPath(headers[HeaderPath]), in.Body)
+		if err != nil {
+			return nil, err
+		}
+	}
+
+	req = &framework.LLMRequest{
+		RequestID: headers[HeaderRequestID],
+		Headers:   headers,
+		Objective: headers[HeaderObjective],
+	}
+	if req.RequestID == "" {
+		req.RequestID = d.newID()
+		res.RequestIDGenerated = true
+	}
+	if req.Objective != "" {
+		if p, ok := d.src.Priority(req.Objective); ok {
+			req.Priority = p
+		}
+	}
+	req.TargetModel = headers[HeaderModelNameRewrite]
+	if parsed != nil {
+		req.Body = parsed.Body
+		res.IncomingModel = parsed.Model
+		res.Stream = parsed.Stream
+		res.Body = in.Body
+		if req.TargetModel == "" {
+			req.TargetModel = parsed.Model
+		}
+		if req.TargetModel != parsed.Model {
+			b, mErr := parsed.WithModel(req.TargetModel)
+			if mErr != nil {
+				return nil, fmt.Errorf("rewriting the body's model: %v: %w", mErr, framework.ErrInternal)
+			}
+			res.Body, res.BodyMutated = b, true
+		}
+	}
+	res.Request = req
+
+	mds := d.src.Endpoints()
+	if in.Subset != nil {
+		if len(in.Subset.Endpoints) == 0 {
+			return nil, fmt.Errorf("the subset hint is present but empty: %w", framework.ErrNoEndpoints)
+		}
+		mds = filterBySubset(mds, in.Subset.Endpoints)
+		if len(mds) == 0 {
+			return nil, fmt.Errorf("no ready endpoint matches the subset hint %v: %w", in.Subset.Endpoints, framework.ErrNoEndpoints)
+		}
+	}
+	if len(mds) == 0 {
+		return nil, fmt.Errorf("the pool has no ready endpoint: %w", framework.ErrNoEndpoints)
+	}
+	candidates := make([]*framework.Endpoint, len(mds))
+	for i, md := range mds {
+		var m *framework.Metrics
+		if d.metrics != nil {
+			m = d.metrics.Metrics(md.Key())
+		}
+		candidates[i] = framework.NewEndpoint(md, m)
+	}
+
+	if req.Priority < 0 && d.Saturated(candidates) {
+		return nil, fmt.Errorf("sheddable request (objective %q, priority %d) refused: the pool is saturated: %w",
+			req.Objective, req.Priority, framework.ErrShed)
+	}
+	candidates = d.dropStale(candidates)
+
+	sres, err := d.rt.Schedule(ctx, req, candidates)
+	if d.obs != nil {
+		d.obs.observeScheduling(d.clock.Since(start))
+	}
+	if err != nil {
+		if !isTyped(err) {
+			err = fmt.Errorf("%w: %w", err, framework.ErrInternal)
+		}
+		return nil, err
+	}
+	primary := sres.Primary()
+	for _, ep := range primary.TargetEndpoints {
+		res.Targets = append(res.Targets, ep.Key())
+	}
+	res.Scheduling = sres
+	res.PrimaryProfile = sres.PrimaryProfileName
+	if d.obs != nil {
+		d.obs.observePrefix(primary.TargetEndpoints[0])
+	}
+	d.rt.PreRequest(ctx, req, sres)
+	d.logger.Debug("request scheduled", "requestID", req.RequestID, "model", req.TargetModel,
+		"targets", res.Targets, "profile", res.PrimaryProfile, "priority", req.Priority)
+	return res, nil
+}
+
+// Saturated reports whether the pool is saturated (SPEC §3, upstream's legacy saturation
+// detector, config saturationDetector): true when no candidate has fresh metrics (scraped
+// without error and at most metricsStalenessThreshold ago) with a waiting queue ≤
+// queueDepthThreshold and KV-cache use ≤ kvCacheUtilThreshold. An empty candidate list is
+// saturated.
+func (d *Director) Saturated(candidates []*framework.Endpoint) bool {
+	now := d.clock.Now()
+	for _, ep := range candidates {
+		m := ep.Metrics
+		if m == nil || m.UpdateTime.IsZero() || m.ScrapeError != nil {
+			continue
+		}
+		if now.Sub(m.UpdateTime) > d.sat.MetricsStalenessThreshold.Duration {
+			continue
+		}
+		if m.WaitingQueueSize <= d.sat.QueueDepthThreshold && m.KVCacheUsage <= d.sat.KVCacheUtilThreshold {
+			return false
+		}
+	}
+	return true
+}
+
+// dropStale removes the candidates the metrics source calls stale, unless all are [eppkit].
+func (d *Director) dropStale(candidates []*framework.Endpoint) []*framework.Endpoint {
+	if d.metrics == nil {
+		return candidates
+	}
+	fresh := make([]*framework.Endpoint, 0, len(candidates))
+	for _, ep := range candidates {
+		if !d.metrics.Stale(ep.Key()) {
+			fresh = append(fresh, ep)
+		}
+	}
+	if len(fresh) == 0 {
+		return candidates
+	}
+	return fresh
+}
+
+// filterBySubset keeps the endpoints whose IP is in subset ("ip:port" or "ip"; ports are
+// ignored, as upstream v1.5.0 does in pkg/epp/requestcontrol/candidates.go).
+func filterBySubset(mds []*framework.EndpointMetadata, subset []string) []*framework.EndpointMetadata {
+	ips := make(map[string]bool, len(subset))
+	for _, s := range subset {
+		s = strings.TrimSpace(s)
+		if host, _, err := net.SplitHostPort(s); err == nil {
+			s = host
+		}
+		s = strings.TrimSuffix(strings.TrimPrefix(s, "["), "]")
+		if ip := net.ParseIP(s); ip != nil {
+			s = ip.String()
+		}
+		ips[s] = true
+	}
+	var out []*framework.EndpointMetadata
+	for _, md := range mds {
+		addr := md.Address
+		if ip := net.ParseIP(addr); ip != nil {
+			addr = ip.String()
+		}
+		if ips[addr] {
+			out = append(out, md)
+		}
+	}
+	return out
+}
+
+func isTyped(err error) bool {
+	return errors.Is(err, framework.ErrBadRequest) || errors.Is(err, framework.ErrShed) ||
+		errors.Is(err, framework.ErrNoEndpoints) || errors.Is(err, framework.ErrInternal)
+}
+
+// Lookup returns the metadata of the endpoint with key ("ip:port") among the source's
+// endpoints, or metadata built from the key when the source does not have it; nil when key is
+// not "ip:port".
+func (d *Director) Lookup(key string) *framework.EndpointMetadata {
+	for _, md := range d.src.Endpoints() {
+		if md.Key() == key {
+			return md
+		}
+	}
+	host, port, err := net.SplitHostPort(key)
+	if err != nil {
+		return nil
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		return nil
+	}
+	return &framework.EndpointMetadata{Address: host, Port: p}
+}
+
+// ResponseHeader runs the ResponseHeader plugins.
+func (d *Director) ResponseHeader(ctx context.Context, req *framework.LLMRequest, resp *framework.Response) {
+	d.rt.ResponseHeader(ctx, req, resp)
+}
+
+// ResponseBody runs the ResponseBody plugins with one streamed chunk.
+func (d *Director) ResponseBody(ctx context.Context, req *framework.LLMRequest, resp *framework.Response, chunk []byte) {
+	d.rt.ResponseBody(ctx, req, resp, chunk)
+}
+
+// ResponseComplete runs the ResponseComplete plugins (resp.EndOfStream false when the request
+// was abandoned).
+func (d *Director) ResponseComplete(ctx context.Context, req *framework.LLMRequest, resp *framework.Response) {
+	d.rt.ResponseComplete(ctx, req, resp)
+}
+
+// EndRequest releases the request's plugin state. Call it once per successful HandleRequest.
+func (d *Director) EndRequest(req *framework.LLMRequest) { d.rt.EndRequest(req) }
+
+// Now returns the director's clock time.
+func (d *Director) Now() time.Time { return d.clock.Now() }
+
+// newUUID returns a random (version 4) UUID in its canonical text form.
+func newUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go ≥ 1.24)
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}

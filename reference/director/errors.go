@@ -1,0 +1,77 @@
+package director
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"github.com/eppkit/eppkit/reference/framework"
+)
+
+// statusTable maps the framework's typed errors to HTTP statuses (SPEC §5.3), checked in order
+// with errors.Is. It is the only place the mapping is written down.
+var statusTable = []struct {
+	err    error
+	status int
+	code   string
+}{
+	{framework.ErrBadRequest, http.StatusBadRequest, "BadRequest"},
+	{framework.ErrShed, http.StatusTooManyRequests, "ResourceExhausted"},
+	{framework.ErrNoEndpoints, http.StatusServiceUnavailable, "ServiceUnavailable"},
+	{framework.ErrInternal, http.StatusInternalServerError, "Internal"},
+}
+
+// StatusFor returns the HTTP status of a request-flow error (SPEC §5.3): ErrBadRequest 400,
+// ErrShed 429, ErrNoEndpoints 503, and 500 for ErrInternal and every other error. nil is 200.
+func StatusFor(err error) int {
+	if err == nil {
+		return http.StatusOK
+	}
+	for _, row := range statusTable {
+		if errors.Is(err, row.err) {
+			return row.status
+		}
+	}
+	return http.StatusInternalServerError
+}
+
+// CodeFor returns the error code word of a request-flow error, upstream's canonical names
+// (gateway-api-inference-extension, pkg/common/error/error.go): BadRequest, ResourceExhausted,
+// ServiceUnavailable, Internal. nil is "".
+func CodeFor(err error) string {
+	if err == nil {
+		return ""
+	}
+	for _, row := range statusTable {
+		if errors.Is(err, row.err) {
+			return row.code
+		}
+	}
+	return "Internal"
+}
+
+// ErrorBody is the JSON body of a refusal, in the OpenAI error shape:
+// {"error":{"message":"...","type":"BadRequest","code":400}}.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail is the inside of ErrorBody.
+type ErrorDetail struct {
+	// Message is the error's text.
+	Message string `json:"message"`
+	// Type is CodeFor(err).
+	Type string `json:"type"`
+	// Code is the HTTP status, StatusFor(err).
+	Code int `json:"code"`
+}
+
+// ErrorJSON returns the status and the JSON body the EPP answers err with.
+func ErrorJSON(err error) (int, []byte) {
+	status := StatusFor(err)
+	b, mErr := json.Marshal(ErrorBody{Error: ErrorDetail{Message: err.Error(), Type: CodeFor(err), Code: status}})
+	if mErr != nil { // cannot happen for strings and ints
+		b = []byte(`{"error":{"message":"internal error","type":"Internal","code":500}}`)
+	}
+	return status, b
+}

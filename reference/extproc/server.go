@@ -1,0 +1,445 @@
+// Package extproc is the reference EPP's Envoy ext_proc v3 server (SPEC §5.1–§5.3): it turns the
+// ExternalProcessor/Process stream of a gateway into calls of the director, returns the pick as
+// the header x-gateway-destination-endpoint and the dynamic metadata envoy.lb /
+// x-gateway-destination-endpoint, streams the (possibly mutated) request body back in chunks of
+// at most BodyChunkLimit bytes, answers refusals with an ImmediateResponse and a JSON body, and
+// passes the response through unchanged while reading its usage.
+//
+// Bodies are expected in FULL_DUPLEX_STREAMED mode. One stream may carry several requests one
+// after another: a request_headers message after a finished (or refused) request starts the
+// next one, so a refusal never breaks the stream.
+//
+// Names and shapes follow upstream v1.5.0 (gateway-api-inference-extension):
+// pkg/epp/handlers/{server,request,response}.go, pkg/epp/metadata/consts.go,
+// pkg/common/envoy/chunking.go and pkg/common/error/error.go.
+package extproc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/eppkit/eppkit/reference/director"
+	"github.com/eppkit/eppkit/reference/framework"
+)
+
+// Protocol names (SPEC §5.1). Upstream: pkg/epp/metadata/consts.go.
+const (
+	// DestinationEndpointKey is the pick: a request header and a key of the dynamic metadata
+	// namespace DestinationEndpointNamespace, a comma list of "ip:port".
+	DestinationEndpointKey = "x-gateway-destination-endpoint"
+	// DestinationEndpointNamespace is the dynamic/filter metadata namespace of the pick and of the
+	// served endpoint.
+	DestinationEndpointNamespace = "envoy.lb"
+	// DestinationEndpointServedKey is the served endpoint, in the response's filter metadata.
+	DestinationEndpointServedKey = "x-gateway-destination-endpoint-served"
+	// SubsetHintNamespace and SubsetHintKey hold the subset hint in the request's filter
+	// metadata: a list of "ip:port" strings.
+	SubsetHintNamespace = "envoy.lb.subset_hint"
+	SubsetHintKey       = "x-gateway-destination-endpoint-subset"
+	// ProfileHeader is the response header naming the primary profile [eppkit, SPEC §5.4].
+	ProfileHeader = "x-eppkit-profile"
+	// BodyChunkLimit is the largest body chunk the server sends back (upstream BodyByteLimit).
+	BodyChunkLimit = 62000
+	// MaxRequestBodyBytes bounds a reassembled request body; a longer one is refused with 400.
+	MaxRequestBodyBytes = 64 << 20
+)
+
+// The request header mutation sets only the pick, Content-Length (when a body is sent) and a
+// generated x-request-id: the gateway's input headers (x-gateway-inference-objective,
+// x-gateway-model-name-rewrite, ...) are never set back, which is what upstream v1.5.0 achieves
+// by skipping its system-owned headers (pkg/epp/util/request/headers.go, IsSystemOwnedHeader).
+
+// Server implements extprocv3.ExternalProcessorServer.
+type Server struct {
+	extprocv3.UnimplementedExternalProcessorServer
+	d      *director.Director
+	logger *slog.Logger
+}
+
+// NewServer returns a Server that schedules with d. logger nil means slog.Default().
+func NewServer(d *director.Director, logger *slog.Logger) *Server {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return &Server{d: d, logger: logger}
+}
+
+// Process serves one ext_proc stream until the gateway closes it. It returns nil when the
+// stream ends normally (EOF or cancellation) and a gRPC error when receiving or sending fails.
+// Whatever way the stream ends, a request in flight gets its ResponseComplete hooks (with
+// EndOfStream false when it was abandoned) and EndRequest.
+func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
+	st := &stream{s: s, srv: srv, ctx: srv.Context()}
+	defer st.abandon()
+	for {
+		msg, err := srv.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled || errors.Is(err, context.Canceled) {
+				return nil
+			}
+			return status.Errorf(codes.Unknown, "ext_proc: receive: %v", err)
+		}
+		if err := st.handle(msg); err != nil {
+			return status.Errorf(codes.Unknown, "ext_proc: send: %v", err)
+		}
+	}
+}
+
+// stream is the state of one Process stream.
+type stream struct {
+	s   *Server
+	srv extprocv3.ExternalProcessor_ProcessServer
+	ctx context.Context
+	cur *request
+}
+
+// request is the state of the request the stream is carrying.
+type request struct {
+	headers     map[string]string
+	subset      *director.Subset
+	body        []byte
+	waitingBody bool // headers arrived without end_of_stream and the body is not complete yet
+	tooLarge    bool
+	res         *director.Result // set once scheduled
+	ended       bool             // refused, completed or abandoned: later messages of it are answered but not processed
+	served      string
+	resp        *framework.Response
+	usage       *UsageParser
+}
+
+func (st *stream) handle(msg *extprocv3.ProcessingRequest) error {
+	if st.cur != nil {
+		if served := servedEndpoint(msg); served != "" {
+			st.cur.served = served
+		}
+	}
+	switch v := msg.Request.(type) {
+	case *extprocv3.ProcessingRequest_RequestHeaders:
+		return st.requestHeaders(msg, v.RequestHeaders)
+	case *extprocv3.ProcessingRequest_RequestBody:
+		return st.requestBody(v.RequestBody)
+	case *extprocv3.ProcessingRequest_RequestTrailers:
+		return st.requestTrailers()
+	case *extprocv3.ProcessingRequest_ResponseHeaders:
+		return st.responseHeaders(v.ResponseHeaders)
+	case *extprocv3.ProcessingRequest_ResponseBody:
+		return st.responseBody(v.ResponseBody)
+	case *extprocv3.ProcessingRequest_ResponseTrailers:
+		return st.responseTrailers()
+	}
+	st.s.logger.Debug("ext_proc: ignoring a message of an unknown kind")
+	return nil
+}
+
+func (st *stream) requestHeaders(msg *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) error {
+	if st.cur != nil && !st.cur.ended {
+		st.s.logger.Warn("ext_proc: a new request started on the stream before the previous one ended; abandoning it")
+		st.abandon()
+	}
+	r := &request{headers: headerMap(h.GetHeaders())}
+	r.subset = subsetHint(msg)
+	r.served = servedEndpoint(msg)
+	st.cur = r
+	if h.GetEndOfStream() {
+		return st.schedule()
+	}
+	r.waitingBody = true
+	return nil
+}
+
+func (st *stream) requestBody(b *extprocv3.HttpBody) error {
+	r := st.cur
+	if r == nil || !r.waitingBody {
+		// A body chunk of a refused request, or without headers: nothing to do.
+		return nil
+	}
+	if !r.tooLarge {
+		if len(r.body)+len(b.GetBody()) > MaxRequestBodyBytes {
+			r.tooLarge, r.body = true, nil
+		} else {
+			r.body = append(r.body, b.GetBody()...)
+		}
+	}
+	if b.GetEndOfStream() {
+		return st.schedule()
+	}
+	return nil
+}
+
+func (st *stream) requestTrailers() error {
+	r := st.cur
+	if r != nil && r.waitingBody {
+		// Trailers end the request body.
+		if err := st.schedule(); err != nil {
+			return err
+		}
+	}
+	if r == nil || r.res == nil {
+		return nil
+	}
+	return st.srv.Send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{
+		RequestTrailers: &extprocv3.TrailersResponse{}}})
+}
+
+// schedule runs the director on the complete request and answers with the pick (headers
+// response, then the body in chunks) or an ImmediateResponse.
+func (st *stream) schedule() error {
+	r := st.cur
+	r.waitingBody = false
+	var (
+		res *director.Result
+		err error
+	)
+	if r.tooLarge {
+		err = errTooLarge
+	} else {
+		res, err = st.s.d.HandleRequest(st.ctx, &director.Input{Headers: r.headers, Body: r.body, Subset: r.subset})
+	}
+	r.body = nil
+	if err != nil {
+		r.ended = true
+		code, body := director.ErrorJSON(err)
+		st.s.logger.Info("ext_proc: request refused", "status", code, "requestID", r.headers[director.HeaderRequestID], "error", err.Error())
+		return st.srv.Send(immediateResponse(code, body, director.CodeFor(err)))
+	}
+	r.res = res
+	dest := res.Destination()
+	set := []*corev3.HeaderValueOption{header(DestinationEndpointKey, dest)}
+	if res.Body != nil {
+		set = append(set, header("Content-Length", strconv.Itoa(len(res.Body))))
+	}
+	if res.RequestIDGenerated {
+		set = append(set, header(director.HeaderRequestID, res.Request.RequestID))
+	}
+	hdrResp := &extprocv3.ProcessingResponse{
+		Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{
+			Response: &extprocv3.CommonResponse{
+				ClearRouteCache: true,
+				HeaderMutation:  &extprocv3.HeaderMutation{SetHeaders: set},
+			},
+		}},
+		DynamicMetadata: destinationMetadata(dest),
+	}
+	if err := st.srv.Send(hdrResp); err != nil {
+		return err
+	}
+	st.s.logger.Debug("ext_proc: request routed", "requestID", res.Request.RequestID, "destination", dest, "profile", res.PrimaryProfile)
+	if res.Body == nil {
+		return nil
+	}
+	for _, chunk := range chunks(res.Body, BodyChunkLimit) {
+		if err := st.srv.Send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
+			RequestBody: &extprocv3.BodyResponse{Response: streamedBody(chunk.data, chunk.last)}}}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+var errTooLarge = fmt.Errorf("request body: longer than %d bytes: %w", MaxRequestBodyBytes, framework.ErrBadRequest)
+
+func (st *stream) responseHeaders(h *extprocv3.HttpHeaders) error {
+	r := st.cur
+	var set []*corev3.HeaderValueOption
+	if r != nil && r.res != nil && !r.ended {
+		headers := headerMap(h.GetHeaders())
+		served := r.served
+		if served == "" && len(r.res.Targets) > 0 {
+			served = r.res.Targets[0]
+		}
+		r.resp = &framework.Response{RequestID: r.res.Request.RequestID, Headers: headers, Endpoint: st.s.d.Lookup(served)}
+		r.usage = NewUsageParser(strings.Contains(strings.ToLower(headers["content-type"]), "text/event-stream"))
+		st.s.d.ResponseHeader(st.ctx, r.res.Request, r.resp)
+		if r.res.PrimaryProfile != "" {
+			set = append(set, header(ProfileHeader, r.res.PrimaryProfile))
+		}
+	}
+	resp := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
+		ResponseHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{
+			HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: set}}}}}
+	if err := st.srv.Send(resp); err != nil {
+		return err
+	}
+	if h.GetEndOfStream() {
+		st.complete(true)
+	}
+	return nil
+}
+
+func (st *stream) responseBody(b *extprocv3.HttpBody) error {
+	r := st.cur
+	eos := b.GetEndOfStream()
+	if r != nil && r.resp != nil && !r.ended {
+		r.usage.Write(b.GetBody())
+		if eos {
+			r.usage.Finish()
+		}
+		r.resp.Usage = r.usage.Usage()
+		r.resp.EndOfStream = eos
+		st.s.d.ResponseBody(st.ctx, r.res.Request, r.resp, b.GetBody())
+	}
+	// The body passes through unchanged, chunk for chunk (FULL_DUPLEX_STREAMED).
+	if err := st.srv.Send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
+		ResponseBody: &extprocv3.BodyResponse{Response: streamedBody(b.GetBody(), eos)}}}); err != nil {
+		return err
+	}
+	if eos {
+		st.complete(true)
+	}
+	return nil
+}
+
+func (st *stream) responseTrailers() error {
+	st.complete(true)
+	return st.srv.Send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{
+		ResponseTrailers: &extprocv3.TrailersResponse{}}})
+}
+
+// complete ends the current request: ResponseComplete (with EndOfStream = eos) and EndRequest,
+// once. A request that was refused or never scheduled has nothing to end (the director released
+// it already).
+func (st *stream) complete(eos bool) {
+	r := st.cur
+	if r == nil || r.ended {
+		return
+	}
+	r.ended = true
+	r.waitingBody = false
+	if r.res == nil {
+		return
+	}
+	if r.resp == nil {
+		served := r.served
+		if served == "" && len(r.res.Targets) > 0 {
+			served = r.res.Targets[0]
+		}
+		r.resp = &framework.Response{RequestID: r.res.Request.RequestID, Endpoint: st.s.d.Lookup(served)}
+	}
+	if r.usage != nil {
+		r.resp.Usage = r.usage.Finish()
+	}
+	r.resp.EndOfStream = eos
+	// The stream's context may be cancelled already (client went away); plugins still get to
+	// clean up, so the hooks run on a context that is not.
+	ctx := context.WithoutCancel(st.ctx)
+	st.s.d.ResponseComplete(ctx, r.res.Request, r.resp)
+	st.s.d.EndRequest(r.res.Request)
+}
+
+// abandon ends the current request as abandoned (client cancel, stream end, next request).
+func (st *stream) abandon() { st.complete(false) }
+
+// headerMap returns the headers with lower-case keys; a value is RawValue when set, else Value
+// (upstream pkg/common/envoy/headers.go GetHeaderValue).
+func headerMap(hm *corev3.HeaderMap) map[string]string {
+	out := map[string]string{}
+	for _, h := range hm.GetHeaders() {
+		v := h.GetValue()
+		if len(h.GetRawValue()) > 0 {
+			v = string(h.GetRawValue())
+		}
+		out[strings.ToLower(h.GetKey())] = v
+	}
+	return out
+}
+
+// subsetHint reads the subset hint from the filter metadata: nil when absent; a present list
+// (or comma-separated string) otherwise, possibly empty.
+func subsetHint(msg *extprocv3.ProcessingRequest) *director.Subset {
+	ns := msg.GetMetadataContext().GetFilterMetadata()[SubsetHintNamespace]
+	if ns == nil {
+		return nil
+	}
+	v, ok := ns.GetFields()[SubsetHintKey]
+	if !ok {
+		return nil
+	}
+	sub := &director.Subset{Endpoints: []string{}}
+	switch k := v.GetKind().(type) {
+	case *structpb.Value_ListValue:
+		for _, e := range k.ListValue.GetValues() {
+			if s, ok := e.GetKind().(*structpb.Value_StringValue); ok && strings.TrimSpace(s.StringValue) != "" {
+				sub.Endpoints = append(sub.Endpoints, strings.TrimSpace(s.StringValue))
+			}
+		}
+	case *structpb.Value_StringValue:
+		for _, s := range strings.Split(k.StringValue, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				sub.Endpoints = append(sub.Endpoints, s)
+			}
+		}
+	}
+	return sub
+}
+
+// servedEndpoint reads envoy.lb / x-gateway-destination-endpoint-served from the filter
+// metadata, "" when absent.
+func servedEndpoint(msg *extprocv3.ProcessingRequest) string {
+	ns := msg.GetMetadataContext().GetFilterMetadata()[DestinationEndpointNamespace]
+	if ns == nil {
+		return ""
+	}
+	return strings.TrimSpace(ns.GetFields()[DestinationEndpointServedKey].GetStringValue())
+}
+
+func destinationMetadata(dest string) *structpb.Struct {
+	return &structpb.Struct{Fields: map[string]*structpb.Value{
+		DestinationEndpointNamespace: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+			DestinationEndpointKey: structpb.NewStringValue(dest),
+		}}),
+	}}
+}
+
+func header(key, value string) *corev3.HeaderValueOption {
+	return &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: key, RawValue: []byte(value)}}
+}
+
+func streamedBody(b []byte, eos bool) *extprocv3.CommonResponse {
+	return &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_StreamedResponse{
+		StreamedResponse: &extprocv3.StreamedBodyResponse{Body: b, EndOfStream: eos}}}}
+}
+
+type chunk struct {
+	data []byte
+	last bool
+}
+
+// chunks splits b into pieces of at most limit bytes; the last one is marked. An empty b is one
+// empty last chunk.
+func chunks(b []byte, limit int) []chunk {
+	if len(b) == 0 {
+		return []chunk{{data: b, last: true}}
+	}
+	var out []chunk
+	for len(b) > 0 {
+		n := min(len(b), limit)
+		out = append(out, chunk{data: b[:n], last: n == len(b)})
+		b = b[n:]
+	}
+	return out
+}
+
+// immediateResponse is a refusal: the HTTP status, a JSON body and content-type
+// application/json (upstream pkg/common/error/error.go BuildErrResponse sends the status and
+// the error text).
+func immediateResponse(code int, body []byte, details string) *extprocv3.ProcessingResponse {
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
+		ImmediateResponse: &extprocv3.ImmediateResponse{
+			Status:  &typev3.HttpStatus{Code: typev3.StatusCode(code)},
+			Headers: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{header("content-type", "application/json")}},
+			Body:    body,
+			Details: "eppkit_epp_" + details,
+		}}}
+}
