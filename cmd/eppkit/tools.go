@@ -1,0 +1,137 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/eppkit/eppkit/internal/toolcache"
+)
+
+func init() {
+	subcommands = append(subcommands, newToolsCommand)
+}
+
+// newToolsCommand is `eppkit tools`: build and locate the pinned upstream binaries of tools/
+// (kube-apiserver, etcd, the upstream EPP, the GIE CRDs). See docs/tools.md.
+func newToolsCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "tools",
+		Short: "Build and locate the pinned upstream binaries of tools/ (cached by version)",
+		Long: "Each tool is a Go module under tools/<name>-<version>/ pinned to an upstream release; its " +
+			"artifacts are cached under ${XDG_CACHE_HOME:-~/.cache}/eppkit/<name>-<version>/.\n\nTools:\n" +
+			toolList(),
+	}
+	cmd.AddCommand(newToolsBuildCommand(), newToolsPathCommand(), newToolsListCommand())
+	return cmd
+}
+
+func toolList() string {
+	var b strings.Builder
+	for _, n := range toolcache.Names() {
+		t := toolcache.Tools[n]
+		fmt.Fprintf(&b, "  %s (%s): %s\n", n, t.Version, t.Description)
+	}
+	return b.String()
+}
+
+func newToolsBuildCommand() *cobra.Command {
+	var (
+		opts     toolcache.BuildOptions
+		repoRoot string
+	)
+	cmd := &cobra.Command{
+		Use:   "build <name>...",
+		Short: "Build the named tools into the cache (skips artifacts already there); prints their paths",
+		Example: "  eppkit tools build k8s                 # kube-apiserver + etcd\n" +
+			"  eppkit tools build k8s --all           # also kube-controller-manager and kube-scheduler\n" +
+			"  eppkit tools build gie --only crds     # only extract the InferencePool/InferenceObjective CRDs",
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if repoRoot == "" {
+				wd, err := os.Getwd()
+				if err != nil {
+					return err
+				}
+				if repoRoot, err = toolcache.FindRepoRoot(wd); err != nil {
+					return fmt.Errorf("--repo-root: %w", err)
+				}
+			}
+			opts.RepoRoot = repoRoot
+			opts.Log = cmd.ErrOrStderr()
+			for _, name := range args {
+				if _, err := toolcache.Lookup(name); err != nil {
+					return err
+				}
+			}
+			for _, name := range args {
+				res, err := toolcache.Build(cmd.Context(), name, opts)
+				for _, r := range res {
+					how := fmt.Sprintf("built in %.0fs", r.Duration.Seconds())
+					if r.Skipped {
+						how = "cached"
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "%s %s: %s (%s)\n", name, r.Artifact, r.Path, how)
+				}
+				if err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&repoRoot, "repo-root", "", "the eppkit checkout holding tools/ (default: found upward from the working directory)")
+	f.StringSliceVar(&opts.Only, "only", nil, "build only these artifacts (comma-separated), e.g. kube-apiserver,etcd")
+	f.BoolVar(&opts.All, "all", false, "also build the optional artifacts (kube-controller-manager, kube-scheduler)")
+	f.BoolVar(&opts.Force, "force", false, "rebuild artifacts that are already cached")
+	f.IntVar(&opts.Parallelism, "p", 0, "go build -p: packages built in parallel (0 = go's default; 1 lowers peak memory)")
+	f.StringVar(&opts.GoCommand, "go", "go", "the go command used to build")
+	return cmd
+}
+
+func newToolsPathCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:     "path <name> <artifact>",
+		Short:   "Print the cached path of a tool's artifact; fails if it is not built",
+		Example: "  eppkit tools path k8s kube-apiserver\n  eppkit tools path gie epp",
+		Args:    cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := toolcache.Path(args[0], args[1])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), p)
+			return nil
+		},
+	}
+}
+
+func newToolsListCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List the tools, their artifacts and whether each is cached",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			for _, n := range toolcache.Names() {
+				t := toolcache.Tools[n]
+				fmt.Fprintf(cmd.OutOrStdout(), "%s %s (%s)\n", n, t.Version, t.Dir())
+				for _, a := range t.Artifacts {
+					p, err := toolcache.Path(n, a.Name)
+					state := p
+					if err != nil {
+						state = "not built"
+					}
+					opt := ""
+					if a.Optional {
+						opt = " (optional)"
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "  %-24s %s%s\n", a.Name, state, opt)
+				}
+			}
+			return nil
+		},
+	}
+}

@@ -1,0 +1,398 @@
+// Package toolcache knows the pinned upstream builds under tools/ (one Go module each, never
+// imported by the main module), how to build them, and where their artifacts are cached:
+// ${XDG_CACHE_HOME:-~/.cache}/eppkit/<name>-<version>/<artifact>. `eppkit tools` and the
+// apiserver endpoint source (conformance/apiserver) both use it. See docs/tools.md.
+package toolcache
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Kind says how an artifact is produced.
+type Kind int
+
+const (
+	// KindBinary is a `go build` of Package inside the tool's module (or its Subdir module).
+	KindBinary Kind = iota
+	// KindCRDs copies Files from the module Module@ModuleVersion (its module zip, as the Go
+	// toolchain downloads it) into the artifact directory.
+	KindCRDs
+)
+
+// Artifact is one cached output of a tool: a binary or a directory of extracted files.
+type Artifact struct {
+	// Name is the file (binary) or directory (CRDs) name under the tool's cache directory.
+	Name string
+	Kind Kind
+	// Package is the Go package path built for KindBinary ("." for the Subdir module's own main).
+	Package string
+	// Subdir is a nested module directory under tools/<name>-<version>/ ("" = the tool module).
+	Subdir string
+	// LDFlags are passed to go build as -ldflags (version stamping).
+	LDFlags string
+	// Module, ModuleVersion and Files (paths inside the module) describe a KindCRDs artifact.
+	Module, ModuleVersion string
+	Files                 []string
+	// Optional artifacts are built only when asked for (--all or by name).
+	Optional bool
+}
+
+// Tool is one pinned upstream build: the module tools/<Name>-<Version>.
+type Tool struct {
+	Name, Version string
+	// Description says what is built from which upstream module versions.
+	Description string
+	Artifacts   []Artifact
+}
+
+// Dir is the tool's module directory relative to the repository root, e.g. "tools/k8s-v1.37.2".
+func (t Tool) Dir() string { return filepath.Join("tools", t.Name+"-"+t.Version) }
+
+// Artifact returns the named artifact of t.
+func (t Tool) Artifact(name string) (Artifact, bool) {
+	for _, a := range t.Artifacts {
+		if a.Name == name {
+			return a, true
+		}
+	}
+	return Artifact{}, false
+}
+
+// kubeLDFlags stamps the Kubernetes version the way hack/lib/version.sh does for a release build
+// (kubernetes/kubernetes hack/lib/version.sh, kube::version::ldflags): both component-base and
+// client-go carry the version variables. -s -w drop the symbol table to shorten the link.
+func kubeLDFlags(gitVersion, major, minor string) string {
+	parts := []string{"-s", "-w"}
+	for _, p := range []string{"k8s.io/component-base/version", "k8s.io/client-go/pkg/version"} {
+		parts = append(parts,
+			"-X", p+".gitVersion="+gitVersion,
+			"-X", p+".gitMajor="+major,
+			"-X", p+".gitMinor="+minor,
+			"-X", p+".gitTreeState=clean")
+	}
+	return strings.Join(parts, " ")
+}
+
+// GIEModule and GIEVersion are the pinned Gateway API Inference Extension module; its
+// config/crd/bases CRDs are what the apiserver endpoint source installs.
+const (
+	GIEModule  = "sigs.k8s.io/gateway-api-inference-extension"
+	GIEVersion = "v1.5.0"
+)
+
+// CRD file names inside the GIE module (config/crd/bases), and the artifact directory holding them.
+const (
+	CRDsArtifact          = "crds"
+	InferencePoolCRD      = "inference.networking.k8s.io_inferencepools.yaml"
+	InferenceObjectiveCRD = "inference.networking.x-k8s.io_inferenceobjectives.yaml"
+)
+
+// Tools are the pinned builds, by name.
+var Tools = map[string]Tool{
+	"k8s": {
+		Name: "k8s", Version: "v1.37.2",
+		Description: "kube-apiserver (and, on request, kube-controller-manager and kube-scheduler) from " +
+			"k8s.io/kubernetes v1.37.2 with the k8s.io staging modules at v0.37.2; etcd v3.6.11 from " +
+			"go.etcd.io/etcd/server/v3 (nested module etcd/)",
+		Artifacts: []Artifact{
+			{Name: "kube-apiserver", Package: "k8s.io/kubernetes/cmd/kube-apiserver", LDFlags: kubeLDFlags("v1.37.2", "1", "37")},
+			{Name: "etcd", Package: ".", Subdir: "etcd", LDFlags: "-s -w"},
+			{Name: "kube-controller-manager", Package: "k8s.io/kubernetes/cmd/kube-controller-manager", LDFlags: kubeLDFlags("v1.37.2", "1", "37"), Optional: true},
+			{Name: "kube-scheduler", Package: "k8s.io/kubernetes/cmd/kube-scheduler", LDFlags: kubeLDFlags("v1.37.2", "1", "37"), Optional: true},
+		},
+	},
+	"gie": {
+		Name: "gie", Version: GIEVersion,
+		Description: "the upstream endpoint picker (cmd/epp) and the InferencePool / InferenceObjective CRDs " +
+			"of " + GIEModule + " " + GIEVersion,
+		Artifacts: []Artifact{
+			{Name: CRDsArtifact, Kind: KindCRDs, Module: GIEModule, ModuleVersion: GIEVersion, Files: []string{
+				"config/crd/bases/" + InferencePoolCRD,
+				"config/crd/bases/" + InferenceObjectiveCRD,
+			}},
+			{Name: "epp", Package: GIEModule + "/cmd/epp", LDFlags: "-s -w"},
+		},
+	},
+}
+
+// Names lists the tool names, sorted.
+func Names() []string {
+	out := make([]string, 0, len(Tools))
+	for n := range Tools {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Lookup returns the named tool; the error lists the known names.
+func Lookup(name string) (Tool, error) {
+	t, ok := Tools[name]
+	if !ok {
+		return Tool{}, fmt.Errorf("unknown tool %q (have %s)", name, strings.Join(Names(), ", "))
+	}
+	return t, nil
+}
+
+// CacheRoot is ${XDG_CACHE_HOME:-~/.cache}/eppkit, or $EPPKIT_TOOLS_CACHE when set.
+func CacheRoot() (string, error) {
+	if d := os.Getenv("EPPKIT_TOOLS_CACHE"); d != "" {
+		return d, nil
+	}
+	if d := os.Getenv("XDG_CACHE_HOME"); d != "" {
+		return filepath.Join(d, "eppkit"), nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("tools cache: neither XDG_CACHE_HOME nor a home directory: %w", err)
+	}
+	return filepath.Join(home, ".cache", "eppkit"), nil
+}
+
+// CacheDir is the directory of one tool's artifacts: <CacheRoot>/<name>-<version>.
+func CacheDir(t Tool) (string, error) {
+	root, err := CacheRoot()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(root, t.Name+"-"+t.Version), nil
+}
+
+// ErrNotBuilt is wrapped by Path when the artifact is not in the cache.
+var ErrNotBuilt = errors.New("not built")
+
+// Path returns the cached path of tool/artifact. When it is missing the error wraps ErrNotBuilt
+// and names the command that builds it.
+func Path(tool, artifact string) (string, error) {
+	t, err := Lookup(tool)
+	if err != nil {
+		return "", err
+	}
+	a, ok := t.Artifact(artifact)
+	if !ok {
+		return "", fmt.Errorf("tool %s has no artifact %q (have %s)", tool, artifact, strings.Join(artifactNames(t), ", "))
+	}
+	dir, err := CacheDir(t)
+	if err != nil {
+		return "", err
+	}
+	p := filepath.Join(dir, a.Name)
+	if _, err := os.Stat(p); err != nil {
+		return p, fmt.Errorf("%s %s of %s-%s is %w (run `eppkit tools build %s --only %s` or `make tools`): %s",
+			kindWord(a), a.Name, t.Name, t.Version, ErrNotBuilt, t.Name, a.Name, p)
+	}
+	return p, nil
+}
+
+func kindWord(a Artifact) string {
+	if a.Kind == KindCRDs {
+		return "directory"
+	}
+	return "binary"
+}
+
+func artifactNames(t Tool) []string {
+	var out []string
+	for _, a := range t.Artifacts {
+		out = append(out, a.Name)
+	}
+	return out
+}
+
+// BuildOptions select what Build does.
+type BuildOptions struct {
+	// RepoRoot holds tools/ (FindRepoRoot finds it from the working directory).
+	RepoRoot string
+	// Only names the artifacts to build; empty = every non-optional artifact.
+	Only []string
+	// All adds the optional artifacts.
+	All bool
+	// Force rebuilds artifacts that are already cached.
+	Force bool
+	// GoCommand is the go binary ("" = "go" on PATH).
+	GoCommand string
+	// Parallelism is go build -p (0 = the go default).
+	Parallelism int
+	// Log receives progress lines and the go command's output (nil = discarded).
+	Log io.Writer
+}
+
+// Result says what happened to one artifact.
+type Result struct {
+	Artifact string
+	Path     string
+	// Skipped is true when the artifact was already cached.
+	Skipped bool
+	// Duration is the wall time of the build or extraction (0 when skipped).
+	Duration time.Duration
+}
+
+// Build produces the selected artifacts of the tool into its cache directory, skipping those
+// already present (unless Force). Each artifact is written to a temporary name and renamed, so an
+// interrupted build never leaves a truncated binary in the cache. Errors name the artifact and
+// include the go command's failure.
+func Build(ctx context.Context, tool string, opts BuildOptions) ([]Result, error) {
+	t, err := Lookup(tool)
+	if err != nil {
+		return nil, err
+	}
+	sel, err := selectArtifacts(t, opts)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := CacheDir(t)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("tools cache: %w", err)
+	}
+	modDir := filepath.Join(opts.RepoRoot, t.Dir())
+	if _, err := os.Stat(filepath.Join(modDir, "go.mod")); err != nil {
+		return nil, fmt.Errorf("tool %s: module %s not found (is --repo-root the eppkit checkout?): %w", t.Name, modDir, err)
+	}
+	logw := opts.Log
+	if logw == nil {
+		logw = io.Discard
+	}
+	goCmd := opts.GoCommand
+	if goCmd == "" {
+		goCmd = "go"
+	}
+	var results []Result
+	for _, a := range sel {
+		dst := filepath.Join(dir, a.Name)
+		if _, err := os.Stat(dst); err == nil && !opts.Force {
+			results = append(results, Result{Artifact: a.Name, Path: dst, Skipped: true})
+			continue
+		}
+		start := time.Now()
+		switch a.Kind {
+		case KindBinary:
+			fmt.Fprintf(logw, "building %s-%s %s (%s) ...\n", t.Name, t.Version, a.Name, a.Package)
+			err = buildBinary(ctx, goCmd, filepath.Join(modDir, a.Subdir), a, dst, opts.Parallelism, logw)
+		case KindCRDs:
+			fmt.Fprintf(logw, "extracting %s-%s %s from %s@%s ...\n", t.Name, t.Version, a.Name, a.Module, a.ModuleVersion)
+			err = extractFiles(ctx, goCmd, modDir, a, dst)
+		}
+		if err != nil {
+			return results, fmt.Errorf("tool %s-%s, artifact %s: %w", t.Name, t.Version, a.Name, err)
+		}
+		results = append(results, Result{Artifact: a.Name, Path: dst, Duration: time.Since(start)})
+	}
+	return results, nil
+}
+
+func selectArtifacts(t Tool, opts BuildOptions) ([]Artifact, error) {
+	if len(opts.Only) == 0 {
+		var out []Artifact
+		for _, a := range t.Artifacts {
+			if !a.Optional || opts.All {
+				out = append(out, a)
+			}
+		}
+		return out, nil
+	}
+	var out []Artifact
+	for _, n := range opts.Only {
+		a, ok := t.Artifact(n)
+		if !ok {
+			return nil, fmt.Errorf("--only: tool %s has no artifact %q (have %s)", t.Name, n, strings.Join(artifactNames(t), ", "))
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+func buildBinary(ctx context.Context, goCmd, modDir string, a Artifact, dst string, parallelism int, logw io.Writer) error {
+	tmp := filepath.Join(filepath.Dir(dst), "."+a.Name+".tmp")
+	_ = os.Remove(tmp)
+	args := []string{"build", "-trimpath", "-o", tmp}
+	if parallelism > 0 {
+		args = append(args, fmt.Sprintf("-p=%d", parallelism))
+	}
+	if a.LDFlags != "" {
+		args = append(args, "-ldflags="+a.LDFlags)
+	}
+	args = append(args, a.Package)
+	cmd := exec.CommandContext(ctx, goCmd, args...)
+	cmd.Dir = modDir
+	// The tools modules are separate from the main module; a GOFLAGS=-mod=vendor or a GOWORK
+	// from the caller's environment must not leak into them.
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-buildvcs=false")
+	cmd.Stdout, cmd.Stderr = logw, logw
+	if err := cmd.Run(); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("go %s (in %s): %w", strings.Join(args, " "), modDir, err)
+	}
+	return os.Rename(tmp, dst)
+}
+
+// extractFiles copies a.Files out of the module a.Module@a.ModuleVersion, as the Go toolchain
+// downloads it (the module zip, verified against the tool module's go.sum), into dst.
+func extractFiles(ctx context.Context, goCmd, modDir string, a Artifact, dst string) error {
+	cmd := exec.CommandContext(ctx, goCmd, "mod", "download", "-json", a.Module+"@"+a.ModuleVersion)
+	cmd.Dir = modDir
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-buildvcs=false")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return fmt.Errorf("go mod download %s@%s: %w: %s", a.Module, a.ModuleVersion, err, strings.TrimSpace(stderr.String()))
+	}
+	var info struct{ Dir, Error string }
+	if err := json.Unmarshal(out, &info); err != nil {
+		return fmt.Errorf("go mod download -json: %w", err)
+	}
+	if info.Error != "" || info.Dir == "" {
+		return fmt.Errorf("go mod download %s@%s: %s", a.Module, a.ModuleVersion, info.Error)
+	}
+	tmp := filepath.Join(filepath.Dir(dst), "."+a.Name+".tmp")
+	_ = os.RemoveAll(tmp)
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		return err
+	}
+	for _, f := range a.Files {
+		b, err := os.ReadFile(filepath.Join(info.Dir, filepath.FromSlash(f)))
+		if err != nil {
+			_ = os.RemoveAll(tmp)
+			return fmt.Errorf("%s@%s: %w", a.Module, a.ModuleVersion, err)
+		}
+		if err := os.WriteFile(filepath.Join(tmp, filepath.Base(f)), b, 0o644); err != nil {
+			_ = os.RemoveAll(tmp)
+			return err
+		}
+	}
+	_ = os.RemoveAll(dst)
+	return os.Rename(tmp, dst)
+}
+
+// FindRepoRoot walks up from dir to the first directory holding tools/ with a go.mod of a tool
+// module beside a go.mod (the eppkit checkout).
+func FindRepoRoot(dir string) (string, error) {
+	d, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	probe := filepath.Join(Tools["k8s"].Dir(), "go.mod")
+	for {
+		if _, err := os.Stat(filepath.Join(d, probe)); err == nil {
+			return d, nil
+		}
+		parent := filepath.Dir(d)
+		if parent == d {
+			return "", fmt.Errorf("no eppkit checkout (with %s) at or above %s; pass --repo-root", probe, dir)
+		}
+		d = parent
+	}
+}
