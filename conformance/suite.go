@@ -47,6 +47,11 @@ type Suite struct {
 
 	nonce atomic.Uint64
 	http  *http.Client
+
+	target        Target
+	source        EndpointSource
+	targetStarted bool
+	sourceStarted bool
 }
 
 // Endpoints returns the pool's endpoint addresses (ip:port of each fleet member's rank 0), in

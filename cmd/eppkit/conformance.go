@@ -1,20 +1,308 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
+	confv1 "sigs.k8s.io/gateway-api/conformance/apis/v1"
+
+	"github.com/eppkit/eppkit/conformance"
 )
 
+// Exit codes of `eppkit conformance` (gateway-api style contract).
+const (
+	exitPass        = 0 // every test that ran passed
+	exitTestFailed  = 1 // at least one test failed
+	exitHarness     = 2 // the harness or the target could not start
+	exitBadFlags    = 3 // invalid flags or configuration
+	defaultReportTo = ""
+)
+
+// exitError carries a process exit code to main.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// ExitCode is the process exit code main uses.
+func (e *exitError) ExitCode() int { return e.code }
+
+func badFlags(format string, args ...any) error {
+	return &exitError{code: exitBadFlags, err: fmt.Errorf(format, args...)}
+}
+
+// referenceCommand is the command template of the "reference" target: the eppkit binary's own
+// reference-epp, told the pool by the endpoint source.
+const referenceCommand = `{{.Eppkit}} reference-epp --grpc-port {{.GRPCPort}} --grpc-health-port {{.HealthPort}} --metrics-port {{.MetricsPort}}` +
+	`{{if .Endpoints}} --endpoints {{.Endpoints}}{{end}}` +
+	`{{if .Kubeconfig}} --kubeconfig {{.Kubeconfig}} --pool-name {{.PoolName}} --pool-namespace {{.PoolNamespace}}{{end}}` +
+	`{{if .ConfigFile}} --config-file {{.ConfigFile}}{{end}}`
+
 func init() {
-	subcommands = append(subcommands, func() *cobra.Command {
-		return &cobra.Command{
-			Use:   "conformance",
-			Short: "Run the conformance suite against an EPP (not built yet)",
-			RunE: func(*cobra.Command, []string) error {
-				return errors.New("the conformance runner is not built yet (issue: the main job end to end); " +
-					"`make test` runs what exists today")
-			},
-		}
+	conformance.RegisterTarget("reference", func(conformance.TargetOptions) (conformance.Target, error) {
+		return conformance.NewCommandTarget("reference", referenceCommand)
 	})
+	subcommands = append(subcommands, newConformanceCommand)
+}
+
+// conformanceFlags are the flags of `eppkit conformance`.
+type conformanceFlags struct {
+	target, source, profiles, supported, exempt, skip, runTest string
+	allFeatures                                                bool
+	reportDir, timeoutConfig, command, address, healthAddress  string
+	targetTLS, configFile, logDir                              string
+	org, project, url, implVersion                             string
+	contact                                                    []string
+	seed                                                       int64
+	fleetSize                                                  int
+}
+
+func newConformanceCommand() *cobra.Command {
+	var f conformanceFlags
+	cmd := &cobra.Command{
+		Use:   "conformance",
+		Short: "Run the conformance suite against an EPP",
+		Long: `Run the eppkit conformance suite against an endpoint picker (EPP).
+
+The harness starts a fleet of fake vLLM servers, tells the target EPP about them through the
+endpoint source, waits for the target's gRPC health SERVING and a first successful pick, then runs
+every registered test of the selected profiles, printing each result as it finishes.
+
+Targets: reference (this binary's reference-epp), command (--command template, run as a process,
+killed at the end; fields {{.Eppkit}} {{.Endpoints}} {{.GRPCPort}} {{.HealthPort}} {{.MetricsPort}}
+{{.Kubeconfig}} {{.PoolName}} {{.PoolNamespace}} {{.ConfigFile}}), address (an already running EPP
+at --address).
+
+Exit codes: 0 all tests that ran passed, 1 a test failed, 2 the harness or target could not start,
+3 bad flags.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runConformance(cmd, f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.target, "target", "reference", "target EPP: "+strings.Join(conformance.TargetNames(), ", "))
+	fl.StringVar(&f.source, "endpoint-source", "static", "how the target learns the pool: static (addresses on its command line) or apiserver (InferencePool + Pods on a local kube-apiserver)")
+	fl.StringVar(&f.profiles, "profiles", "all", "comma list of profiles to run and report (EPP, EPP-Routing, Reference) or all")
+	fl.StringVar(&f.supported, "supported-features", "", "comma list of extended features the implementation claims, or all")
+	fl.BoolVar(&f.allFeatures, "all-features", false, "claim every feature (same as --supported-features all)")
+	fl.StringVar(&f.exempt, "exempt-features", "", "comma list of features whose tests are skipped even when supported")
+	fl.StringVar(&f.skip, "skip-tests", "", "comma list of test ShortNames to skip")
+	fl.StringVar(&f.runTest, "run-test", "", "run only the test with this ShortName")
+	fl.StringVar(&f.reportDir, "report-output", defaultReportTo, "directory for the per-profile ConformanceReport YAML, junit.xml and summary.md (requires the implementation flags)")
+	fl.StringVar(&f.org, "organization", "", "implementation organization (report)")
+	fl.StringVar(&f.project, "project", "", "implementation project (report)")
+	fl.StringVar(&f.url, "url", "", "implementation URL (report)")
+	fl.StringVar(&f.implVersion, "version", "", "implementation version (report)")
+	fl.StringSliceVar(&f.contact, "contact", nil, "implementation contacts, comma list (report)")
+	fl.StringVar(&f.timeoutConfig, "timeout-config", "", "YAML file of TimeoutConfig overrides")
+	fl.StringVar(&f.command, "command", "", "command template of the command target")
+	fl.StringVar(&f.address, "address", "", "ext_proc host:port of the address target")
+	fl.StringVar(&f.healthAddress, "health-address", "", "gRPC health host:port of the address target (default --address)")
+	fl.StringVar(&f.targetTLS, "target-tls", "plaintext", "TLS to the target: plaintext, insecure (any certificate) or ca:<file>")
+	fl.StringVar(&f.configFile, "config-file", "", "EndpointPickerConfig file given to the target as {{.ConfigFile}} (reference: --config-file)")
+	fl.StringVar(&f.logDir, "log-dir", "out/conformance", "directory for the target's log")
+	fl.Int64Var(&f.seed, "seed", 0, "seed for the fakes and the tests (0 = from the clock; EPPKIT_SEED overrides)")
+	fl.IntVar(&f.fleetSize, "fleet-size", conformance.DefaultFleetSize, "number of fake vLLM servers in the pool")
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return badFlags("%v", err) })
+	cmd.AddCommand(newCatalogueCommand())
+	return cmd
+}
+
+func newCatalogueCommand() *cobra.Command {
+	var out string
+	cmd := &cobra.Command{
+		Use:   "catalogue",
+		Short: "Print (or write) the Markdown catalogue of every conformance test",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			md := conformance.Catalogue(conformance.All())
+			if out == "" {
+				_, err := io.WriteString(cmd.OutOrStdout(), md)
+				return err
+			}
+			return os.WriteFile(out, []byte(md), 0o644)
+		},
+	}
+	cmd.Flags().StringVarP(&out, "output", "o", "", "write to this file instead of stdout")
+	return cmd
+}
+
+// runPlan is a validated conformanceFlags.
+type runPlan struct {
+	sel      conformance.Selection
+	timeouts conformance.TimeoutConfig
+	target   conformance.Target
+	source   conformance.EndpointSource
+	meta     conformance.ReportMeta
+	seed     int64
+}
+
+// plan validates the flags; every error is a badFlags (exit 3) naming the flag.
+func plan(f conformanceFlags, tests []conformance.ConformanceTest) (*runPlan, error) {
+	p := &runPlan{}
+	var err error
+	if p.sel.Profiles, err = conformance.ParseProfiles(f.profiles); err != nil {
+		return nil, badFlags("--profiles: %v", err)
+	}
+	if f.allFeatures {
+		f.supported = "all"
+	}
+	if p.sel.SupportedFeatures, err = conformance.ParseFeatures(f.supported); err != nil {
+		return nil, badFlags("--supported-features: %v", err)
+	}
+	if p.sel.ExemptFeatures, err = conformance.ParseFeatures(f.exempt); err != nil {
+		return nil, badFlags("--exempt-features: %v", err)
+	}
+	for _, s := range strings.Split(f.skip, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			p.sel.SkipTests = append(p.sel.SkipTests, s)
+		}
+	}
+	p.sel.RunTest = strings.TrimSpace(f.runTest)
+	if err := p.sel.Validate(tests); err != nil {
+		return nil, badFlags("%v", err)
+	}
+	if p.timeouts, err = conformance.LoadTimeoutConfig(f.timeoutConfig); err != nil {
+		return nil, badFlags("--timeout-config: %v", err)
+	}
+	if f.target != "command" && f.command != "" {
+		return nil, badFlags("--command: only valid with --target command (got --target %s)", f.target)
+	}
+	if f.target != "address" && (f.address != "" || f.healthAddress != "") {
+		return nil, badFlags("--address/--health-address: only valid with --target address (got --target %s)", f.target)
+	}
+	if p.target, err = conformance.NewTarget(f.target, conformance.TargetOptions{Command: f.command, Address: f.address, HealthAddress: f.healthAddress}); err != nil {
+		return nil, badFlags("%v", err)
+	}
+	if p.source, err = conformance.NewEndpointSource(f.source); err != nil {
+		return nil, badFlags("%v", err)
+	}
+	if f.configFile != "" {
+		if _, err := os.Stat(f.configFile); err != nil {
+			return nil, badFlags("--config-file: %v", err)
+		}
+	}
+	if _, err := conformance.ParseTargetTLS(f.targetTLS); err != nil {
+		return nil, badFlags("%v", err)
+	}
+	if f.fleetSize < 1 || f.fleetSize > 250 {
+		return nil, badFlags("--fleet-size: must be in [1,250], got %d", f.fleetSize)
+	}
+	p.meta = conformance.ReportMeta{
+		Implementation: confv1.Implementation{Organization: f.org, Project: f.project, URL: f.url, Version: f.implVersion, Contact: f.contact},
+		EppkitVersion:  version,
+		Selection:      p.sel,
+	}
+	if f.reportDir != "" {
+		if err := p.meta.Implementation.Validate(); err != nil {
+			return nil, badFlags("--report-output needs --organization --project --url --version --contact: %v", err)
+		}
+	}
+	p.seed = f.seed
+	if env := os.Getenv("EPPKIT_SEED"); env != "" {
+		if _, err := fmt.Sscan(env, &p.seed); err != nil {
+			return nil, badFlags("EPPKIT_SEED %q: not an integer", env)
+		}
+	}
+	if p.seed == 0 {
+		p.seed = time.Now().UnixNano() % 1_000_000_000
+	}
+	return p, nil
+}
+
+func runConformance(cmd *cobra.Command, f conformanceFlags) error {
+	out := cmd.OutOrStdout()
+	tests := conformance.All()
+	p, err := plan(f, tests)
+	if err != nil {
+		return err
+	}
+	tlsCfg, _ := conformance.ParseTargetTLS(f.targetTLS)
+	eppkit, err := os.Executable()
+	if err != nil {
+		return &exitError{code: exitHarness, err: fmt.Errorf("locate the eppkit binary: %w", err)}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	start := time.Now()
+	p.meta.Date = start
+	fmt.Fprintf(out, "eppkit conformance %s: target %s, endpoint source %s, profiles %v, supported features %v, seed %d\n",
+		version, p.target.Name(), p.source.Name(), p.sel.Profiles, p.sel.SupportedFeatures, p.seed)
+
+	// Only start the harness when some test will run.
+	runs := 0
+	for _, ct := range tests {
+		if p.sel.SkipReason(ct) == "" {
+			runs++
+		}
+	}
+	var suite *conformance.Suite
+	if runs > 0 {
+		logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+		suite, err = conformance.StartHarness(ctx, conformance.HarnessConfig{
+			Target: p.target, TargetTLS: tlsCfg, Source: p.source, Eppkit: eppkit, ConfigFile: f.configFile,
+			LogDir: f.logDir, Timeouts: p.timeouts, Seed: p.seed, FleetSize: f.fleetSize, Logger: logger,
+		})
+		if err != nil {
+			return &exitError{code: exitHarness, err: fmt.Errorf("the harness could not start: %w", err)}
+		}
+		defer suite.Close()
+		fmt.Fprintf(out, "harness ready in %s: pool %v, target ext_proc %s\n", time.Since(start).Round(time.Millisecond),
+			suite.Endpoints(), suite.TargetAddress)
+	}
+
+	r := &conformance.Runner{Suite: suite, Selection: p.sel, Progress: out}
+	results := r.Run(tests)
+
+	failed := 0
+	fmt.Fprintln(out)
+	for _, prof := range p.sel.Profiles {
+		var np, nf, ns int
+		for _, res := range results {
+			if res.Test.Profile != prof {
+				continue
+			}
+			switch res.Outcome {
+			case conformance.Passed:
+				np++
+			case conformance.Failed:
+				nf++
+			case conformance.Skipped:
+				ns++
+			}
+		}
+		failed += nf
+		fmt.Fprintf(out, "profile %-12s %d passed, %d failed, %d skipped\n", prof, np, nf, ns)
+	}
+	if f.reportDir != "" {
+		files, err := conformance.WriteReports(f.reportDir, p.meta, results, start)
+		if err != nil {
+			return &exitError{code: exitHarness, err: fmt.Errorf("write reports: %w", err)}
+		}
+		fmt.Fprintf(out, "reports: %s, %s, %s\n", strings.Join(files.Reports, ", "), files.JUnit, files.Summary)
+		if abs, err := filepath.Abs(files.Summary); err == nil {
+			fmt.Fprintf(out, "summary: %s\n", abs)
+		}
+	}
+	fmt.Fprintf(out, "finished in %s (seed %d)\n", time.Since(start).Round(time.Millisecond), p.seed)
+	if failed > 0 {
+		return &exitError{code: exitTestFailed, err: fmt.Errorf("%d conformance test(s) failed", failed)}
+	}
+	if errors.Is(ctx.Err(), context.Canceled) {
+		return &exitError{code: exitHarness, err: errors.New("interrupted")}
+	}
+	return nil
 }

@@ -1,0 +1,217 @@
+package conformance
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/eppkit/eppkit/fakes/fleet"
+	"github.com/eppkit/eppkit/fakes/gateway/extprocclient"
+	"github.com/eppkit/eppkit/fakes/vllm"
+)
+
+// Harness defaults.
+const (
+	// DefaultFleetSize is the number of fake vLLM servers in the pool.
+	DefaultFleetSize = 4
+	// DefaultModelName is the base model every fake serves.
+	DefaultModelName = "eppkit/conformance-base"
+	// DefaultAdaptersPerServer is how many LoRA adapters each fake serves; names are unique
+	// across the fleet ("conformance-lora-<member>-<j>").
+	DefaultAdaptersPerServer = 2
+	// DefaultPoolName and DefaultPoolNamespace name the InferencePool (apiserver source).
+	DefaultPoolName      = "eppkit-conformance"
+	DefaultPoolNamespace = "default"
+)
+
+// HarnessConfig configures StartHarness.
+type HarnessConfig struct {
+	// Target is the EPP under test (required).
+	Target Target
+	// TargetTLS dials the target with TLS; nil = plaintext.
+	TargetTLS *tls.Config
+	// Source tells the target the pool (required; StaticSource{} for static).
+	Source EndpointSource
+	// Eppkit is the eppkit binary path ({{.Eppkit}}).
+	Eppkit string
+	// ConfigFile is the EndpointPickerConfig for the target ({{.ConfigFile}}), "" = its default.
+	ConfigFile string
+	// LogDir receives target.log; default os.TempDir().
+	LogDir string
+	// Timeouts; zero value = DefaultTimeoutConfig().
+	Timeouts TimeoutConfig
+	// Seed seeds the fakes and Suite.Rand.
+	Seed int64
+	// FleetSize, ModelName, AdaptersPerServer default to the Default* constants.
+	FleetSize         int
+	ModelName         string
+	AdaptersPerServer int
+	// DistinctPorts puts the fleet on distinct ports of 127.0.0.1 (where loopback aliases do not
+	// work; detected automatically too).
+	DistinctPorts bool
+	// Logger receives harness progress; nil discards.
+	Logger *slog.Logger
+}
+
+// HarnessError says which stage of StartHarness failed; the CLI exits 2 on it.
+type HarnessError struct {
+	// Stage is "fleet", "endpoint source", "target" or "readiness".
+	Stage string
+	// Err is the cause; for a command target it includes the tail of the target's log.
+	Err error
+}
+
+func (e *HarnessError) Error() string { return e.Stage + ": " + e.Err.Error() }
+
+// Unwrap returns the cause.
+func (e *HarnessError) Unwrap() error { return e.Err }
+
+// StartHarness starts the fake fleet, the endpoint source and the target, waits until the target
+// is ready (gRPC health SERVING and a first pick inside the pool), and returns the Suite. Close
+// it with Suite.Close. Errors are *HarnessError.
+func StartHarness(ctx context.Context, cfg HarnessConfig) (s *Suite, err error) {
+	if cfg.Target == nil || cfg.Source == nil {
+		return nil, &HarnessError{Stage: "config", Err: errors.New("Target and Source are required")}
+	}
+	if cfg.Timeouts == (TimeoutConfig{}) {
+		cfg.Timeouts = DefaultTimeoutConfig()
+	}
+	if cfg.FleetSize == 0 {
+		cfg.FleetSize = DefaultFleetSize
+	}
+	if cfg.ModelName == "" {
+		cfg.ModelName = DefaultModelName
+	}
+	if cfg.AdaptersPerServer == 0 {
+		cfg.AdaptersPerServer = DefaultAdaptersPerServer
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s = &Suite{Timeouts: cfg.Timeouts, Seed: cfg.Seed, ModelName: cfg.ModelName, TargetTLS: cfg.TargetTLS,
+		TargetName: cfg.Target.Name(), target: cfg.Target, source: cfg.Source}
+	defer func() {
+		if err != nil {
+			s.Close()
+			s = nil
+		}
+	}()
+
+	// Fleet: every member serves the base model and its own adapters, prefix caching on.
+	base := vllm.DefaultConfig()
+	base.Model = cfg.ModelName
+	base.Seed = cfg.Seed
+	base.EnableKVCache = true
+	base.MaxLoras = cfg.AdaptersPerServer
+	base.MaxNumSeqs = 16
+	s.LoRAAdapters = make([][]string, cfg.FleetSize)
+	for i := range s.LoRAAdapters {
+		for j := 0; j < cfg.AdaptersPerServer; j++ {
+			s.LoRAAdapters[i] = append(s.LoRAAdapters[i], "conformance-lora-"+strconv.Itoa(i)+"-"+strconv.Itoa(j))
+		}
+	}
+	log.Info("starting fake vLLM fleet", "count", cfg.FleetSize, "model", cfg.ModelName)
+	s.Fleet, err = fleet.Start(fleet.Options{
+		Count: cfg.FleetSize, Base: base, DistinctPorts: cfg.DistinctPorts, NamePrefix: "conformance-",
+		PerServer: func(i int, c *vllm.Config) {
+			c.Seed = cfg.Seed + int64(i)
+			for _, a := range s.LoRAAdapters[i] {
+				c.LoraModules = append(c.LoraModules, vllm.LoraModule{Name: a})
+			}
+		},
+	})
+	if err != nil {
+		return s, &HarnessError{Stage: "fleet", Err: err}
+	}
+	fctx, cancel := context.WithTimeout(ctx, cfg.Timeouts.HarnessStart.D())
+	defer cancel()
+	if err := s.Fleet.WaitHealthy(fctx); err != nil {
+		return s, &HarnessError{Stage: "fleet", Err: err}
+	}
+
+	// Endpoint source.
+	log.Info("starting endpoint source", "source", cfg.Source.Name())
+	s.Source, err = cfg.Source.Start(fctx, s.Endpoints())
+	if err != nil {
+		return s, &HarnessError{Stage: "endpoint source " + cfg.Source.Name(), Err: err}
+	}
+	s.sourceStarted = true
+
+	// Target.
+	ports, err := FreePorts(3)
+	if err != nil {
+		return s, &HarnessError{Stage: "target", Err: err}
+	}
+	env := TargetEnv{Eppkit: cfg.Eppkit, Endpoints: s.Source.Endpoints, GRPCPort: ports[0], HealthPort: ports[1],
+		MetricsPort: ports[2], Kubeconfig: s.Source.Kubeconfig, PoolName: s.Source.PoolName,
+		PoolNamespace: s.Source.PoolNamespace, ConfigFile: cfg.ConfigFile, LogDir: cfg.LogDir}
+	if env.ConfigFile != "" {
+		if abs, err := filepath.Abs(env.ConfigFile); err == nil {
+			env.ConfigFile = abs
+		}
+	}
+	log.Info("starting target", "target", cfg.Target.Name())
+	addrs, err := cfg.Target.Start(ctx, env)
+	if err != nil {
+		return s, &HarnessError{Stage: "target " + cfg.Target.Name(), Err: err}
+	}
+	s.targetStarted = true
+	s.TargetAddress, s.HealthAddress, s.MetricsAddress = addrs.GRPC, addrs.Health, addrs.Metrics
+
+	log.Info("waiting for the target", "grpc", addrs.GRPC, "health", addrs.Health)
+	start := time.Now()
+	if err := WaitReady(ctx, cfg.Target, addrs, cfg.TargetTLS, cfg.ModelName, s.Endpoints(),
+		cfg.Timeouts.TargetReady.D(), cfg.Timeouts.Poll.D()*4); err != nil {
+		if lt, ok := cfg.Target.(interface{ LogTail(int) string }); ok {
+			if tail := lt.LogTail(20); tail != "" {
+				err = fmt.Errorf("%w\n--- last lines of the target log (%s) ---\n%s", err,
+					cfg.Target.(interface{ LogPath() string }).LogPath(), tail)
+			}
+		}
+		return s, &HarnessError{Stage: "readiness", Err: err}
+	}
+	log.Info("target ready", "after", time.Since(start).Round(time.Millisecond))
+	return s, nil
+}
+
+// ExtProc returns a fresh ext_proc client to the target, closed in t.Cleanup.
+func (s *Suite) ExtProc(t TestingT) *extprocclient.Client {
+	t.Helper()
+	c, err := extprocclient.Dial(s.TargetAddress, s.TargetTLS)
+	if err != nil {
+		t.Fatalf("dial the target's ext_proc at %s: %v", s.TargetAddress, err)
+	}
+	c.MessageTimeout = s.Timeouts.Request.D()
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// SetEndpointReady marks a pool member ready or not through the endpoint source (EndpointChurn).
+// With the static source it returns ErrUnsupported.
+func (s *Suite) SetEndpointReady(ctx context.Context, addr string, ready bool) error {
+	if s.source == nil {
+		return ErrUnsupported
+	}
+	return s.source.SetReady(ctx, addr, ready)
+}
+
+// Close stops the target, the endpoint source and the fleet, in that order.
+func (s *Suite) Close() {
+	if s.targetStarted && s.target != nil {
+		_ = s.target.Stop(s.Timeouts.TargetStop.D())
+	}
+	if s.sourceStarted && s.source != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_ = s.source.Stop(ctx)
+		cancel()
+	}
+	if s.Fleet != nil {
+		s.Fleet.Close()
+	}
+}

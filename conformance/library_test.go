@@ -1,0 +1,502 @@
+package conformance
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	confv1 "sigs.k8s.io/gateway-api/conformance/apis/v1"
+	"sigs.k8s.io/yaml"
+)
+
+func fakeTest(name string, p Profile, l Level, fs ...Feature) ConformanceTest {
+	return ConformanceTest{ShortName: name, Description: "The EPP MUST do " + name + ".", Level: l, Profile: p,
+		Features: fs, Source: "SPEC §5.1", Run: func(TestingT, *Suite) {}}
+}
+
+func TestValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ct   ConformanceTest
+		want string // substring of the error, "" = valid
+	}{
+		{"valid core", fakeTest("PickHeader", ProfileEPP, LevelMUST), ""},
+		{"valid routing", fakeTest("Prefix", ProfileEPPRouting, LevelUpstream, FeaturePrefixCacheAffinity), ""},
+		{"lower case name", fakeTest("pickHeader", ProfileEPP, LevelMUST), "ShortName"},
+		{"EPP with upstream level", fakeTest("X", ProfileEPP, LevelUpstream), "only MUST"},
+		{"EPP with feature", fakeTest("X", ProfileEPP, LevelMUST, FeatureQueueAwareness), "not feature-gated"},
+		{"routing without feature", fakeTest("X", ProfileEPPRouting, LevelUpstream), "at least one feature"},
+		{"routing eppkit level", fakeTest("X", ProfileEPPRouting, LevelEppkit, FeatureQueueAwareness), "Reference"},
+		{"unknown profile", fakeTest("X", "Gateway", LevelMUST), "Profile"},
+		{"unknown feature", fakeTest("X", ProfileEPPRouting, LevelUpstream, "Teleport"), "unknown feature"},
+		{"no run", func() ConformanceTest { c := fakeTest("X", ProfileEPP, LevelMUST); c.Run = nil; return c }(), "Run is nil"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.ct.Validate()
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("Validate() = %v, want nil", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Validate() = %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestSkipReason(t *testing.T) {
+	core := fakeTest("Core", ProfileEPP, LevelMUST)
+	prefix := fakeTest("Prefix", ProfileEPPRouting, LevelUpstream, FeaturePrefixCacheAffinity)
+	ref := fakeTest("Ref", ProfileReference, LevelEppkit)
+	all := []Profile{ProfileEPP, ProfileEPPRouting, ProfileReference}
+	for _, tc := range []struct {
+		name string
+		sel  Selection
+		ct   ConformanceTest
+		want string // substring; "" = runs
+	}{
+		{"core runs", Selection{Profiles: all}, core, ""},
+		{"profile not selected", Selection{Profiles: []Profile{ProfileEPP}}, ref, "not selected"},
+		{"feature unsupported", Selection{Profiles: all}, prefix, "not in --supported-features"},
+		{"feature supported", Selection{Profiles: all, SupportedFeatures: []Feature{FeaturePrefixCacheAffinity}}, prefix, ""},
+		{"feature exempt wins", Selection{Profiles: all, SupportedFeatures: []Feature{FeaturePrefixCacheAffinity},
+			ExemptFeatures: []Feature{FeaturePrefixCacheAffinity}}, prefix, "exempt"},
+		{"skip-tests", Selection{Profiles: all, SkipTests: []string{"Core"}}, core, "--skip-tests"},
+		{"run-test other", Selection{Profiles: all, RunTest: "Ref"}, core, "--run-test"},
+		{"run-test this", Selection{Profiles: all, RunTest: "Core"}, core, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := tc.sel.SkipReason(tc.ct)
+			if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+				t.Fatalf("SkipReason = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestSelectionValidate(t *testing.T) {
+	tests := []ConformanceTest{fakeTest("Core", ProfileEPP, LevelMUST)}
+	for _, tc := range []struct {
+		name string
+		sel  Selection
+		want string
+	}{
+		{"ok", Selection{Profiles: []Profile{ProfileEPP}, RunTest: "Core"}, ""},
+		{"no profile", Selection{}, "--profiles"},
+		{"unknown skip", Selection{Profiles: []Profile{ProfileEPP}, SkipTests: []string{"Nope"}}, "--skip-tests"},
+		{"unknown run", Selection{Profiles: []Profile{ProfileEPP}, RunTest: "Nope"}, "--run-test"},
+		{"unknown feature", Selection{Profiles: []Profile{ProfileEPP}, ExemptFeatures: []Feature{"X"}}, "--exempt-features"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.sel.Validate(tests)
+			if (tc.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.want)) {
+				t.Fatalf("Validate = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseLists(t *testing.T) {
+	ps, err := ParseProfiles("EPP, Reference")
+	if err != nil || !cmp.Equal(ps, []Profile{ProfileEPP, ProfileReference}) {
+		t.Fatalf("ParseProfiles = %v, %v", ps, err)
+	}
+	if ps, _ := ParseProfiles("all"); !cmp.Equal(ps, Profiles) {
+		t.Fatalf("ParseProfiles(all) = %v", ps)
+	}
+	if _, err := ParseProfiles("EPP,Gateway"); err == nil || !strings.Contains(err.Error(), `"Gateway"`) {
+		t.Fatalf("ParseProfiles(Gateway) = %v", err)
+	}
+	fs, err := ParseFeatures("")
+	if err != nil || len(fs) != 0 {
+		t.Fatalf("ParseFeatures(\"\") = %v, %v", fs, err)
+	}
+	if _, err := ParseFeatures("QueueAwareness,queueawareness"); err == nil {
+		t.Fatal("feature names must be case-sensitive")
+	}
+}
+
+func TestCommandTargetTemplate(t *testing.T) {
+	tmpl := `{{.Eppkit}} reference-epp --grpc-port {{.GRPCPort}} --grpc-health-port {{.HealthPort}} --metrics-port {{.MetricsPort}}` +
+		`{{if .Endpoints}} --endpoints {{.Endpoints}}{{end}}{{if .Kubeconfig}} --kubeconfig {{.Kubeconfig}} --pool-name {{.PoolName}} --pool-namespace {{.PoolNamespace}}{{end}}{{if .ConfigFile}} --config-file {{.ConfigFile}}{{end}}`
+	c, err := NewCommandTarget("reference", tmpl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		env  TargetEnv
+		want string
+	}{
+		{TargetEnv{Eppkit: "/bin/eppkit", Endpoints: "127.0.10.1:8000,127.0.10.2:8000", GRPCPort: 1, HealthPort: 2, MetricsPort: 3},
+			"/bin/eppkit reference-epp --grpc-port 1 --grpc-health-port 2 --metrics-port 3 --endpoints 127.0.10.1:8000,127.0.10.2:8000"},
+		{TargetEnv{Eppkit: "e", Kubeconfig: "/k", PoolName: "p", PoolNamespace: "ns", ConfigFile: "/c.yaml", GRPCPort: 1, HealthPort: 2, MetricsPort: 3},
+			"e reference-epp --grpc-port 1 --grpc-health-port 2 --metrics-port 3 --kubeconfig /k --pool-name p --pool-namespace ns --config-file /c.yaml"},
+	} {
+		got, err := c.Render(tc.env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != tc.want {
+			t.Errorf("Render:\n got %q\nwant %q", got, tc.want)
+		}
+	}
+	for _, bad := range []string{"", "  ", "{{.Nope}}", "{{.Eppkit"} {
+		if _, err := NewCommandTarget("command", bad); err == nil || !strings.Contains(err.Error(), "--command") {
+			t.Errorf("NewCommandTarget(%q) = %v, want an error naming --command", bad, err)
+		}
+	}
+}
+
+func TestCommandTargetLifecycle(t *testing.T) {
+	dir := t.TempDir()
+	// The process prints its port and sleeps; Stop must end it (SIGTERM to the group).
+	c, err := NewCommandTarget("command", `echo started on {{.GRPCPort}}; sleep 30`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs, err := c.Start(t.Context(), TargetEnv{GRPCPort: 4242, HealthPort: 4243, LogDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if addrs.GRPC != "127.0.0.1:4242" || addrs.Health != "127.0.0.1:4243" || addrs.Metrics != "" {
+		t.Fatalf("addrs = %+v", addrs)
+	}
+	if err := Eventually(5*time.Second, 20*time.Millisecond, 1, func() error {
+		if !strings.Contains(c.LogTail(5), "started on 4242") {
+			return errors.New("not yet logged")
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := c.Stop(5 * time.Second); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if d := time.Since(start); d > 4*time.Second {
+		t.Fatalf("Stop took %s: SIGTERM did not reach the sleep", d)
+	}
+	select {
+	case <-c.Exited():
+	default:
+		t.Fatal("Exited not closed after Stop")
+	}
+	// A process that exits at once is seen as exited, with the reason.
+	c2, _ := NewCommandTarget("command", `exit 7`)
+	if _, err := c2.Start(t.Context(), TargetEnv{LogDir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-c2.Exited():
+	case <-time.After(5 * time.Second):
+		t.Fatal("exit 7 not observed")
+	}
+	if err := c2.ExitErr(); err == nil || !strings.Contains(err.Error(), "7") {
+		t.Fatalf("ExitErr = %v, want exit status 7", err)
+	}
+}
+
+func TestAddressTargetAndTLS(t *testing.T) {
+	if _, err := NewAddressTarget("", ""); err == nil || !strings.Contains(err.Error(), "--address") {
+		t.Fatalf("empty address: %v", err)
+	}
+	if _, err := NewAddressTarget("nohostport", ""); err == nil {
+		t.Fatal("address without port accepted")
+	}
+	a, err := NewAddressTarget("10.0.0.1:9002", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := a.Start(t.Context(), TargetEnv{}); got.Health != "10.0.0.1:9002" {
+		t.Fatalf("health defaults to the address, got %+v", got)
+	}
+	if c, err := ParseTargetTLS("plaintext"); c != nil || err != nil {
+		t.Fatalf("plaintext = %v, %v", c, err)
+	}
+	if c, err := ParseTargetTLS("insecure"); err != nil || c == nil || !c.InsecureSkipVerify {
+		t.Fatalf("insecure = %v, %v", c, err)
+	}
+	for _, bad := range []string{"tls", "ca:/does/not/exist"} {
+		if _, err := ParseTargetTLS(bad); err == nil || !strings.Contains(err.Error(), "--target-tls") {
+			t.Errorf("ParseTargetTLS(%q) = %v", bad, err)
+		}
+	}
+	notPEM := filepath.Join(t.TempDir(), "ca.pem")
+	os.WriteFile(notPEM, []byte("hello"), 0o644)
+	if _, err := ParseTargetTLS("ca:" + notPEM); err == nil {
+		t.Error("a CA file without PEM was accepted")
+	}
+	if _, err := NewTarget("nope", TargetOptions{}); err == nil || !strings.Contains(err.Error(), "--target") {
+		t.Errorf("unknown target: %v", err)
+	}
+}
+
+func TestTimeoutConfig(t *testing.T) {
+	c, err := ParseTimeoutConfig([]byte("targetReady: 2m\npoll: 10ms\nrequiredConsecutiveSuccesses: 5\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := DefaultTimeoutConfig()
+	want.TargetReady, want.Poll, want.RequiredConsecutiveSuccesses = Duration(2*time.Minute), Duration(10*time.Millisecond), 5
+	if diff := cmp.Diff(want, c); diff != "" {
+		t.Fatalf("(-want +got)\n%s", diff)
+	}
+	for _, bad := range []string{"targetReedy: 1s", "poll: 0s", "poll: fast", "requiredConsecutiveSuccesses: 0"} {
+		if _, err := ParseTimeoutConfig([]byte(bad)); err == nil {
+			t.Errorf("ParseTimeoutConfig(%q) accepted", bad)
+		}
+	}
+}
+
+func TestEventually(t *testing.T) {
+	// Needs 3 consecutive successes; the condition flaps once after two, so it takes 6 calls.
+	seq := []bool{true, true, false, true, true, true}
+	i := 0
+	err := Eventually(5*time.Second, time.Millisecond, 3, func() error {
+		ok := seq[min(i, len(seq)-1)]
+		i++
+		if !ok {
+			return errors.New("flap")
+		}
+		return nil
+	})
+	if err != nil || i != 6 {
+		t.Fatalf("Eventually = %v after %d calls, want nil after 6", err, i)
+	}
+	err = Eventually(30*time.Millisecond, 5*time.Millisecond, 2, func() error { return errors.New("never") })
+	var ee *EventuallyError
+	if !errors.As(err, &ee) || ee.Last.Error() != "never" || ee.BestRun != 0 {
+		t.Fatalf("Eventually = %v", err)
+	}
+}
+
+func sampleResults() []TestResult {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	prov := fakeTest("Served", ProfileEPP, LevelMUST)
+	prov.Provisional = true
+	return []TestResult{
+		{Test: fakeTest("PickHeader", ProfileEPP, LevelMUST), Outcome: Passed, Start: now, Duration: time.Second},
+		{Test: prov, Outcome: Passed, Start: now},
+		{Test: fakeTest("Prefix", ProfileEPPRouting, LevelUpstream, FeaturePrefixCacheAffinity), Outcome: Failed,
+			Message: "picked 127.0.10.2:8000 in 40 of 100 requests\nbound 0.05", Start: now},
+		{Test: fakeTest("Queue", ProfileEPPRouting, LevelUpstream, FeatureQueueAwareness), Outcome: Skipped,
+			Message: "feature QueueAwareness is not in --supported-features", Start: now},
+	}
+}
+
+func sampleMeta() ReportMeta {
+	return ReportMeta{
+		Implementation: confv1.Implementation{Organization: "eppkit", Project: "reference", URL: "https://example.com",
+			Version: "v0.1.0", Contact: []string{"@eppkit"}},
+		EppkitVersion: "test", Date: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC),
+		Selection: Selection{Profiles: []Profile{ProfileEPP, ProfileEPPRouting},
+			SupportedFeatures: []Feature{FeaturePrefixCacheAffinity}},
+	}
+}
+
+func TestReportRoundTrip(t *testing.T) {
+	meta, res := sampleMeta(), sampleResults()
+	for _, tc := range []struct {
+		p    Profile
+		want confv1.ProfileReport
+	}{
+		{ProfileEPP, confv1.ProfileReport{Name: "EPP", Summary: "Core tests succeeded.",
+			Core: confv1.Status{Result: confv1.Success, Statistics: confv1.Statistics{Passed: 2}}}},
+		{ProfileEPPRouting, confv1.ProfileReport{Name: "EPP-Routing",
+			Summary: "Core tests partially succeeded with 0 test skips. Extended tests failed with 1 test failures.",
+			Core:    confv1.Status{Result: confv1.Partial},
+			Extended: &confv1.ExtendedStatus{
+				Status: confv1.Status{Result: confv1.Failure, Statistics: confv1.Statistics{Failed: 1, Skipped: 1},
+					SkippedTests: []string{"Queue"}, FailedTests: []string{"Prefix"}},
+				SupportedFeatures: []string{"PrefixCacheAffinity"}, UnsupportedFeatures: []string{"QueueAwareness"}}}},
+	} {
+		t.Run(string(tc.p), func(t *testing.T) {
+			b, err := MarshalReport(BuildReport(tc.p, meta, res))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Our wrapper parses strictly...
+			ours, err := UnmarshalReport(b)
+			if err != nil {
+				t.Fatalf("UnmarshalReport: %v\n%s", err, b)
+			}
+			// ...and the Gateway API type reads the same file.
+			var gw confv1.ConformanceReport
+			if err := yaml.Unmarshal(b, &gw); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(ours.ConformanceReport, gw); diff != "" {
+				t.Fatalf("gateway-api view differs (-ours +gw):\n%s", diff)
+			}
+			if diff := cmp.Diff([]confv1.ProfileReport{tc.want}, gw.ProfileReports); diff != "" {
+				t.Fatalf("profile report (-want +got):\n%s", diff)
+			}
+			for _, key := range []string{"gatewayAPIInferenceExtensionVersion: v1.5.0", "mode: default",
+				"gatewayAPIChannel: standard", "gatewayAPIVersion: ", "kind: ConformanceReport",
+				"apiVersion: gateway.networking.k8s.io/v1", "eppkitVersion: test", "specVersion: " + SpecVersion} {
+				if !strings.Contains(string(b), key) {
+					t.Errorf("report lacks %q:\n%s", key, b)
+				}
+			}
+			if strings.Contains(string(b), "GatewayAPIInferenceExtensionVersion") {
+				t.Error("capitalised GIE version key leaked")
+			}
+			if tc.p == ProfileEPP && !cmp.Equal(gw.SucceededProvisionalTests, []string{"Served"}) {
+				t.Errorf("succeededProvisionalTests = %v", gw.SucceededProvisionalTests)
+			}
+		})
+	}
+}
+
+func TestSummary(t *testing.T) {
+	md := Summary(sampleMeta(), sampleResults())
+	for _, want := range []string{
+		"## Profile EPP: PASS — 2 passed, 0 failed, 0 skipped",
+		"## Profile EPP-Routing: FAIL — 0 passed, 1 failed, 1 skipped",
+		"- **Prefix** [PrefixCacheAffinity] — The EPP MUST do Prefix.",
+		"  ```\n  picked 127.0.10.2:8000 in 40 of 100 requests\n  bound 0.05\n  ```",
+		"- Queue [QueueAwareness] — The EPP MUST do Queue. (feature QueueAwareness is not in --supported-features)",
+		"- PickHeader — The EPP MUST do PickHeader.",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("summary lacks %q:\n%s", want, md)
+		}
+	}
+	if strings.Contains(md, "Profile Reference") {
+		t.Error("unselected profile in the summary")
+	}
+}
+
+func TestWriteReports(t *testing.T) {
+	dir := t.TempDir()
+	meta := sampleMeta()
+	files, err := WriteReports(dir, meta, sampleResults(), meta.Date)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files.Reports) != 2 || filepath.Base(files.Reports[1]) != "epp-routing-report.yaml" {
+		t.Fatalf("reports = %v", files.Reports)
+	}
+	junit, err := os.ReadFile(files.JUnit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`tests="4"`, `failures="1"`, `skipped="1"`, "Prefix", "picked 127.0.10.2:8000"} {
+		if !strings.Contains(string(junit), want) {
+			t.Errorf("junit lacks %q", want)
+		}
+	}
+	meta.Implementation.Contact = nil
+	if _, err := WriteReports(dir, meta, nil, meta.Date); err == nil || !strings.Contains(err.Error(), "contact") {
+		t.Fatalf("missing contact accepted: %v", err)
+	}
+}
+
+func TestCatalogue(t *testing.T) {
+	ct := fakeTest("Prefix", ProfileEPPRouting, LevelUpstream, FeaturePrefixCacheAffinity)
+	ct.Preconditions = []string{"prefix-cache-scorer | enabled"}
+	md := Catalogue([]ConformanceTest{ct})
+	for _, want := range []string{"## Profile EPP-Routing (1 tests)", "| PrefixCacheAffinity | Prefix | upstream |",
+		`prefix-cache-scorer \| enabled`,
+		"`eppkit conformance --target reference --profiles EPP-Routing --run-test Prefix --supported-features PrefixCacheAffinity`",
+		"## Profile EPP (0 tests)"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("catalogue lacks %q:\n%s", want, md)
+		}
+	}
+}
+
+func TestRunner(t *testing.T) {
+	var order []string
+	tests := []ConformanceTest{
+		{ShortName: "Fatal", Profile: ProfileEPP, Level: LevelMUST, Run: func(t TestingT, _ *Suite) {
+			t.Cleanup(func() { order = append(order, "cleanup1") })
+			t.Cleanup(func() { order = append(order, "cleanup2") })
+			t.Fatalf("stop at %d", 1)
+			order = append(order, "after fatal")
+		}},
+		{ShortName: "Panics", Profile: ProfileEPP, Level: LevelMUST, Run: func(TestingT, *Suite) { panic("boom") }},
+		{ShortName: "Errors", Profile: ProfileEPP, Level: LevelMUST, Run: func(t TestingT, _ *Suite) {
+			t.Errorf("first")
+			t.Errorf("second")
+			if !t.Failed() {
+				panic("Failed() false after Errorf")
+			}
+		}},
+		{ShortName: "Ok", Profile: ProfileEPP, Level: LevelMUST, Run: func(t TestingT, _ *Suite) { t.Logf("hello %s", t.Name()) }},
+		{ShortName: "Gated", Profile: ProfileEPPRouting, Level: LevelUpstream, Features: []Feature{FeatureLoRAAffinity},
+			Run: func(TestingT, *Suite) { panic("must not run") }},
+		{ShortName: "Other", Profile: ProfileReference, Level: LevelEppkit, Run: func(TestingT, *Suite) { panic("must not run") }},
+	}
+	var progress strings.Builder
+	r := &Runner{Selection: Selection{Profiles: []Profile{ProfileEPP, ProfileEPPRouting}}, Progress: &progress}
+	res := r.Run(tests)
+	got := map[string]Outcome{}
+	for _, x := range res {
+		got[x.Test.ShortName] = x.Outcome
+	}
+	want := map[string]Outcome{"Fatal": Failed, "Panics": Failed, "Errors": Failed, "Ok": Passed, "Gated": Skipped}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("outcomes (-want +got):\n%s", diff)
+	}
+	if !cmp.Equal(order, []string{"cleanup2", "cleanup1"}) {
+		t.Errorf("cleanup order %v, want LIFO and nothing after Fatalf", order)
+	}
+	if res[0].Message != "stop at 1" || !strings.Contains(res[1].Message, "panic: boom") || res[2].Message != "first" {
+		t.Errorf("messages: %q %q %q", res[0].Message, res[1].Message, res[2].Message)
+	}
+	if !strings.Contains(res[3].Log, "hello Ok") {
+		t.Errorf("log = %q", res[3].Log)
+	}
+	lines := strings.Split(strings.TrimSpace(progress.String()), "\n")
+	if len(lines) != 5 || !strings.HasPrefix(lines[0], "FAIL  EPP/Fatal") || !strings.HasPrefix(lines[3], "PASS  EPP/Ok") ||
+		!strings.Contains(lines[4], "SKIP  EPP-Routing/Gated") {
+		t.Errorf("progress:\n%s", progress.String())
+	}
+}
+
+func TestRunnerTimeout(t *testing.T) {
+	s := &Suite{Timeouts: DefaultTimeoutConfig()}
+	s.Timeouts.TestTimeout = Duration(50 * time.Millisecond)
+	release := make(chan struct{})
+	defer close(release)
+	r := &Runner{Suite: s, Selection: Selection{Profiles: []Profile{ProfileEPP}}}
+	res := r.Run([]ConformanceTest{{ShortName: "Hangs", Profile: ProfileEPP, Level: LevelMUST,
+		Run: func(TestingT, *Suite) { <-release }}})
+	if res[0].Outcome != Failed || !strings.Contains(res[0].Message, "did not finish within 50ms") {
+		t.Fatalf("result %+v", res[0])
+	}
+}
+
+func TestRegisterAll(t *testing.T) {
+	before := len(All())
+	name := "ZzRegistryProbe"
+	Register(fakeTest(name, ProfileReference, LevelEppkit))
+	defer func() {
+		registryMu.Lock()
+		delete(registry, name)
+		registryMu.Unlock()
+	}()
+	all := All()
+	if len(all) != before+1 {
+		t.Fatalf("All() has %d, want %d", len(all), before+1)
+	}
+	for i := 1; i < len(all); i++ {
+		a, b := all[i-1], all[i]
+		if profileIndex(a.Profile) > profileIndex(b.Profile) || (a.Profile == b.Profile && a.ShortName >= b.ShortName) {
+			t.Fatalf("All() not sorted at %d: %s/%s then %s/%s", i, a.Profile, a.ShortName, b.Profile, b.ShortName)
+		}
+	}
+	defer func() {
+		if recover() == nil {
+			t.Fatal("duplicate Register did not panic")
+		}
+	}()
+	Register(fakeTest(name, ProfileReference, LevelEppkit))
+}

@@ -1,0 +1,239 @@
+package conformance
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/onsi/ginkgo/v2/reporters"
+	"github.com/onsi/ginkgo/v2/types"
+)
+
+// Labels returns a test's Ginkgo labels: its profile, its features and its level (DESIGN.md
+// conventions), plus "provisional" when provisional.
+func Labels(ct ConformanceTest) []string {
+	out := []string{string(ct.Profile)}
+	for _, f := range ct.Features {
+		out = append(out, string(f))
+	}
+	out = append(out, string(ct.Level))
+	if ct.Provisional {
+		out = append(out, "provisional")
+	}
+	return out
+}
+
+// JUnitReport converts run results to a Ginkgo report (one spec per test, container = profile)
+// so Ginkgo's own JUnit reporter writes the XML.
+func JUnitReport(results []TestResult, start time.Time, description string) types.Report {
+	rep := types.Report{
+		SuitePath:        "github.com/eppkit/eppkit/conformance",
+		SuiteDescription: description,
+		StartTime:        start,
+		EndTime:          time.Now(),
+		SuiteSucceeded:   true,
+	}
+	rep.RunTime = rep.EndTime.Sub(start)
+	for _, r := range results {
+		sr := types.SpecReport{
+			ContainerHierarchyTexts: []string{string(r.Test.Profile)},
+			LeafNodeText:            r.Test.ShortName,
+			LeafNodeType:            types.NodeTypeIt,
+			LeafNodeLabels:          Labels(r.Test),
+			StartTime:               r.Start,
+			EndTime:                 r.Start.Add(r.Duration),
+			RunTime:                 r.Duration,
+			CapturedStdOutErr:       r.Log,
+			NumAttempts:             1,
+		}
+		switch r.Outcome {
+		case Passed:
+			sr.State = types.SpecStatePassed
+		case Failed:
+			sr.State = types.SpecStateFailed
+			sr.Failure = types.Failure{Message: r.Message, FailureNodeType: types.NodeTypeIt}
+			rep.SuiteSucceeded = false
+		case Skipped:
+			sr.State = types.SpecStateSkipped
+			sr.Failure = types.Failure{Message: r.Message, FailureNodeType: types.NodeTypeIt}
+			sr.NumAttempts = 0
+		}
+		rep.SpecReports = append(rep.SpecReports, sr)
+	}
+	return rep
+}
+
+// Summary renders the Markdown summary: per profile, the passed, failed and skipped tests with
+// their rule; failed tests with their message; skipped tests with the reason.
+func Summary(meta ReportMeta, results []TestResult) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# eppkit conformance summary\n\n")
+	fmt.Fprintf(&b, "- Implementation: %s/%s %s (%s)\n", meta.Implementation.Organization, meta.Implementation.Project,
+		meta.Implementation.Version, meta.Implementation.URL)
+	fmt.Fprintf(&b, "- Date: %s; eppkit %s; spec %s; GIE %s\n", meta.Date.UTC().Format(time.RFC3339), meta.EppkitVersion,
+		SpecVersion, GatewayAPIInferenceExtensionVersion)
+	fmt.Fprintf(&b, "- Supported features: %s\n", featureList(meta.Selection.SupportedFeatures))
+	if len(meta.Selection.ExemptFeatures) > 0 {
+		fmt.Fprintf(&b, "- Exempt features: %s\n", featureList(meta.Selection.ExemptFeatures))
+	}
+	for _, p := range meta.Selection.Profiles {
+		var passed, failed, skipped []TestResult
+		for _, r := range results {
+			if r.Test.Profile != p {
+				continue
+			}
+			switch r.Outcome {
+			case Passed:
+				passed = append(passed, r)
+			case Failed:
+				failed = append(failed, r)
+			case Skipped:
+				skipped = append(skipped, r)
+			}
+		}
+		verdict := "PASS"
+		switch {
+		case len(failed) > 0:
+			verdict = "FAIL"
+		case len(passed) == 0:
+			verdict = "NOTHING RAN"
+		}
+		fmt.Fprintf(&b, "\n## Profile %s: %s — %d passed, %d failed, %d skipped\n", p, verdict, len(passed), len(failed), len(skipped))
+		if len(failed) > 0 {
+			fmt.Fprintf(&b, "\n### Failed\n\n")
+			for _, r := range failed {
+				fmt.Fprintf(&b, "- **%s**%s — %s\n\n", r.Test.ShortName, featureSuffix(r.Test), r.Test.Description)
+				fmt.Fprintf(&b, "  ```\n%s\n  ```\n", indent(strings.TrimSpace(r.Message), "  "))
+			}
+		}
+		if len(passed) > 0 {
+			fmt.Fprintf(&b, "\n### Passed\n\n")
+			for _, r := range passed {
+				fmt.Fprintf(&b, "- %s%s — %s\n", r.Test.ShortName, featureSuffix(r.Test), r.Test.Description)
+			}
+		}
+		if len(skipped) > 0 {
+			fmt.Fprintf(&b, "\n### Skipped\n\n")
+			for _, r := range skipped {
+				fmt.Fprintf(&b, "- %s%s — %s (%s)\n", r.Test.ShortName, featureSuffix(r.Test), r.Test.Description, r.Message)
+			}
+		}
+	}
+	return b.String()
+}
+
+func featureSuffix(ct ConformanceTest) string {
+	if len(ct.Features) == 0 {
+		return ""
+	}
+	return " [" + featureList(ct.Features) + "]"
+}
+
+func featureList(fs []Feature) string {
+	if len(fs) == 0 {
+		return "none"
+	}
+	s := make([]string, len(fs))
+	for i, f := range fs {
+		s[i] = string(f)
+	}
+	return strings.Join(s, ", ")
+}
+
+func indent(s, pre string) string {
+	return pre + strings.ReplaceAll(s, "\n", "\n"+pre)
+}
+
+// ReportFiles are the files WriteReports wrote.
+type ReportFiles struct {
+	Reports []string // one ConformanceReport YAML per selected profile
+	JUnit   string
+	Summary string
+}
+
+// WriteReports writes, under dir: <profile>-report.yaml per selected profile, junit.xml and
+// summary.md. meta.Implementation must be valid (gateway-api's Implementation.Validate).
+func WriteReports(dir string, meta ReportMeta, results []TestResult, start time.Time) (ReportFiles, error) {
+	var files ReportFiles
+	if err := meta.Implementation.Validate(); err != nil {
+		return files, fmt.Errorf("report metadata: %w (set --organization --project --url --version --contact)", err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return files, err
+	}
+	for _, p := range meta.Selection.Profiles {
+		b, err := MarshalReport(BuildReport(p, meta, results))
+		if err != nil {
+			return files, err
+		}
+		path := filepath.Join(dir, strings.ToLower(string(p))+"-report.yaml")
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			return files, err
+		}
+		files.Reports = append(files.Reports, path)
+	}
+	files.JUnit = filepath.Join(dir, "junit.xml")
+	if err := reporters.GenerateJUnitReport(JUnitReport(results, start, "eppkit conformance"), files.JUnit); err != nil {
+		return files, fmt.Errorf("junit: %w", err)
+	}
+	files.Summary = filepath.Join(dir, "summary.md")
+	if err := os.WriteFile(files.Summary, []byte(Summary(meta, results)), 0o644); err != nil {
+		return files, err
+	}
+	return files, nil
+}
+
+// Catalogue renders the Markdown catalogue of every test: profile, feature, ShortName, level,
+// the rule, preconditions, source, and the command that runs it alone.
+func Catalogue(tests []ConformanceTest) string {
+	var b strings.Builder
+	b.WriteString("# eppkit conformance catalogue\n\n")
+	b.WriteString("Generated by `eppkit conformance catalogue` from the test registry; do not edit by hand.\n")
+	fmt.Fprintf(&b, "Spec %s; GIE %s. Levels: **MUST** (every EPP; core `EPP` profile), **upstream** (GIE v1.5.0 behaviour, tested only under a claimed feature), **eppkit** (eppkit-only, `Reference` profile).\n", SpecVersion, GatewayAPIInferenceExtensionVersion)
+	for _, p := range Profiles {
+		var in []ConformanceTest
+		for _, ct := range tests {
+			if ct.Profile == p {
+				in = append(in, ct)
+			}
+		}
+		fmt.Fprintf(&b, "\n## Profile %s (%d tests)\n\n", p, len(in))
+		if len(in) == 0 {
+			b.WriteString("No tests yet.\n")
+			continue
+		}
+		b.WriteString("| Feature | ShortName | Level | Rule | Preconditions | Source | Run alone |\n|---|---|---|---|---|---|---|\n")
+		for _, ct := range in {
+			feature := "core"
+			if len(ct.Features) > 0 {
+				feature = featureList(ct.Features)
+			}
+			name := ct.ShortName
+			if ct.Provisional {
+				name += " (provisional)"
+			}
+			pre := "—"
+			if len(ct.Preconditions) > 0 {
+				pre = strings.Join(ct.Preconditions, "; ")
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | `%s` |\n", cell(feature), cell(name), ct.Level,
+				cell(ct.Description), cell(pre), cell(ct.Source), RunAloneCommand(ct))
+		}
+	}
+	return b.String()
+}
+
+// RunAloneCommand is the command line that runs only ct against the reference EPP.
+func RunAloneCommand(ct ConformanceTest) string {
+	cmd := "eppkit conformance --target reference --profiles " + string(ct.Profile) + " --run-test " + ct.ShortName
+	if len(ct.Features) > 0 {
+		cmd += " --supported-features " + strings.ReplaceAll(featureList(ct.Features), ", ", ",")
+	}
+	return cmd
+}
+
+func cell(s string) string {
+	return strings.NewReplacer("|", `\|`, "\n", " ").Replace(s)
+}
