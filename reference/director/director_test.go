@@ -140,8 +140,8 @@ func TestStaleFilter(t *testing.T) {
 		stale   map[string]bool
 		allowed []string
 	}{
-		{map[string]bool{"10.1.0.1:8000": true}, []string{"10.1.0.2:8000"}},                                          // best queue is stale → next best
-		{map[string]bool{"10.1.0.1:8000": true, "10.1.0.2:8000": true}, []string{"10.1.0.3:8000"}},                   // only one fresh
+		{map[string]bool{"10.1.0.1:8000": true}, []string{"10.1.0.2:8000"}},                                               // best queue is stale → next best
+		{map[string]bool{"10.1.0.1:8000": true, "10.1.0.2:8000": true}, []string{"10.1.0.3:8000"}},                        // only one fresh
 		{map[string]bool{"10.1.0.1:8000": true, "10.1.0.2:8000": true, "10.1.0.3:8000": true}, []string{"10.1.0.1:8000"}}, // all stale → all kept
 	}
 	for _, tc := range cases {
