@@ -401,6 +401,11 @@ func (c *Config) Validate() error {
 	if c.KVCacheSize < 0 {
 		return errors.New("kv-cache-size: cannot be negative")
 	}
+	if need := (c.MaxModelLen + c.BlockSize - 1) / c.BlockSize; c.KVCacheSize < need {
+		// The engine admits a request only with all its blocks, so one full-context request must fit.
+		return fmt.Errorf("kv-cache-size: %d blocks of %d tokens cannot hold one request of max-model-len %d (needs %d blocks)",
+			c.KVCacheSize, c.BlockSize, c.MaxModelLen, need)
+	}
 	if err := validateFailures(c.FailureInjectionRate, c.FailureTypes); err != nil {
 		return err
 	}

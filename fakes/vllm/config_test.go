@@ -112,12 +112,12 @@ func TestFlags(t *testing.T) {
 		}
 	})
 	t.Run("ignored simulator flags warn", func(t *testing.T) {
-		_, warnings, err := parseArgs(t, "--model", "m", "--zmq-endpoint", "tcp://x:1", "--enable-sleep-mode", "--tensor-parallel-size", "2")
+		_, warnings, err := parseArgs(t, "--model", "m", "--zmq-endpoint", "tcp://x:1", "--enable-sleep-mode", "--tensor-parallel-size", "2", "-v", "5")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(warnings) != 3 || !strings.Contains(strings.Join(warnings, "\n"), "--zmq-endpoint") {
-			t.Errorf("warnings = %v, want 3 naming the flags", warnings)
+		if len(warnings) != 4 || !strings.Contains(strings.Join(warnings, "\n"), "--zmq-endpoint") {
+			t.Errorf("warnings = %v, want 4 naming the flags", warnings)
 		}
 	})
 	t.Run("fake metrics", func(t *testing.T) {
@@ -150,6 +150,7 @@ func TestFlags(t *testing.T) {
 		{"dp size 9", []string{"--model", "m", "--data-parallel-size", "9"}, "data-parallel-size"},
 		{"bad duration", []string{"--model", "m", "--time-to-first-token", "fast"}, "invalid duration"},
 		{"unknown flag", []string{"--model", "m", "--no-such-flag", "1"}, "no-such-flag"},
+		{"kv cache smaller than one context", []string{"--model", "m", "--max-model-len", "8192", "--kv-cache-size", "512", "--block-size", "8"}, "kv-cache-size"},
 		{"cpu loras below loras", []string{"--model", "m", "--max-loras", "3", "--max-cpu-loras", "2"}, "max-cpu-loras"},
 	}
 	for _, tc := range errCases {

@@ -145,10 +145,14 @@ func BindFlags(fs *pflag.FlagSet, cfg *Config) *FlagValues {
 	fs.Var(&cfg.SlowFirstByteDelay, "slow-first-byte-delay", "[eppkit] Header delay of the slow-first-byte failure")
 	for _, f := range IgnoredSimFlags {
 		usage := "llm-d-inference-sim flag, accepted and ignored"
+		short := ""
+		if f.Name == "v" { // klog's verbosity, also given as -v
+			short = "v"
+		}
 		if f.Bool {
-			fs.Bool(f.Name, false, usage)
+			fs.BoolP(f.Name, short, false, usage)
 		} else {
-			v.ignored[f.Name] = fs.String(f.Name, "", usage)
+			v.ignored[f.Name] = fs.StringP(f.Name, short, "", usage)
 		}
 	}
 	return v
