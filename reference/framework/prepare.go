@@ -156,7 +156,9 @@ func (r *Runtime) runPrepareDataPlugin(ctx context.Context, p PrepareDataPlugin,
 		}
 		done <- prepOutcome{idx: idx, err: err}
 	}()
+	stop := r.timed(p, "PrepareData")
 	err = p.PrepareRequestData(ctx, req, views)
+	stop()
 }
 
 // commit copies the staging of every plugin of a layer that finished without error into the

@@ -31,6 +31,13 @@ type RuntimeOptions struct {
 	PluginState *PluginState
 	// Endpoints returns the pool's current endpoints (Handle.Endpoints). Nil means none.
 	Endpoints func() []*EndpointMetadata
+	// ObservePlugin, when set, is called after every plugin call of the request flow with the
+	// plugin, the extension point ("PrepareData", "Admission", "Filter", "Scorer", "Picker",
+	// "PreRequest", "ResponseHeader", "ResponseBody", "ResponseComplete") and the call's wall-clock
+	// duration (time.Now, not Clock, so fake clocks do not zero it). It runs on the request's
+	// goroutine (PrepareData: the plugin's) and must be cheap and safe for concurrent use. Added
+	// for the reference EPP's per-plugin duration metric (SPEC §5.4).
+	ObservePlugin func(plugin TypedName, extensionPoint string, d time.Duration)
 }
 
 // Runtime is one built configuration: the plugin instances, the scheduling profiles with their
@@ -46,6 +53,7 @@ type Runtime struct {
 	logger      *slog.Logger
 	pluginState *PluginState
 	endpoints   func() []*EndpointMetadata
+	observe     func(TypedName, string, time.Duration)
 
 	// mu guards plugins while NewRuntime builds them (factories may call Handle.Plugin); after
 	// NewRuntime returns they are read-only.
@@ -125,6 +133,7 @@ func NewRuntime(cfg *EndpointPickerConfig, reg *Registry, opts RuntimeOptions) (
 		logger:      opts.Logger,
 		pluginState: opts.PluginState,
 		endpoints:   opts.Endpoints,
+		observe:     opts.ObservePlugin,
 		plugins:     map[string]Plugin{},
 		configured:  map[string]int{},
 		profiles:    map[string]*SchedulerProfile{},
@@ -419,7 +428,7 @@ func (r *Runtime) EndRequest(req *LLMRequest) {
 func (r *Runtime) Admit(ctx context.Context, req *LLMRequest, endpoints []*Endpoint) error {
 	for _, a := range r.admitters {
 		var err error
-		r.guard(a, "AdmitRequest", func() { err = a.AdmitRequest(ctx, req, endpoints) }, &err)
+		r.guard(a, "Admission", func() { err = a.AdmitRequest(ctx, req, endpoints) }, &err)
 		if err != nil {
 			return fmt.Errorf("admission %s: %w", a.TypedName(), err)
 		}
@@ -474,6 +483,7 @@ func (r *Runtime) ResponseComplete(ctx context.Context, req *LLMRequest, resp *R
 // guard runs fn and turns a panic of plugin p into a logged error (stored in *errp, wrapping
 // ErrInternal, when errp is non-nil), so that no plugin can bring the EPP down.
 func (r *Runtime) guard(p Plugin, point string, fn func(), errp *error) {
+	defer r.timed(p, point)()
 	defer func() {
 		if v := recover(); v != nil {
 			r.logger.Error("plugin panicked", "plugin", p.TypedName().String(), "extensionPoint", point,
@@ -510,4 +520,14 @@ func typedNamesString(tns []TypedName) string {
 		parts[i] = tn.String()
 	}
 	return "[" + strings.Join(parts, " ") + "]"
+}
+
+// timed starts timing one plugin call for RuntimeOptions.ObservePlugin; call the returned
+// function when the call ends. Without an observer it costs nothing.
+func (r *Runtime) timed(p Plugin, point string) func() {
+	if r.observe == nil {
+		return func() {}
+	}
+	start := time.Now()
+	return func() { r.observe(p.TypedName(), point, time.Since(start)) }
 }

@@ -71,7 +71,7 @@ func (r *Runtime) RunScheduling(ctx context.Context, req *LLMRequest, endpoints 
 				return nil, fmt.Errorf("scheduling: profile handler %s picked profile %q without a picker: %w",
 					handlerName, name, ErrInternal)
 			}
-			pr, out := runProfile(ctx, cycle, req, prof, endpoints)
+			pr, out := runProfile(ctx, cycle, req, prof, endpoints, r.timed)
 			filteredOut = filteredOut || out
 			results[name] = pr
 		}
@@ -97,18 +97,23 @@ func (r *Runtime) RunScheduling(ctx context.Context, req *LLMRequest, endpoints 
 
 // runProfile runs one profile. It returns a nil result when the filters left no endpoint
 // (filteredOut = true) or the picker chose none.
+// timed is Runtime.timed.
 func runProfile(ctx context.Context, cycle *CycleState, req *LLMRequest, prof *SchedulerProfile,
-	endpoints []*Endpoint) (res *ProfileRunResult, filteredOut bool) {
+	endpoints []*Endpoint, timed func(Plugin, string) func()) (res *ProfileRunResult, filteredOut bool) {
 	candidates := endpoints
 	for _, f := range prof.Filters {
+		stop := timed(f, "Filter")
 		candidates = f.Filter(ctx, cycle, req, candidates)
+		stop()
 		if len(candidates) == 0 {
 			return nil, true
 		}
 	}
 	totals := make([]float64, len(candidates))
 	for _, ws := range prof.Scorers {
+		stop := timed(ws.Scorer, "Scorer")
 		scores := ws.Score(ctx, cycle, req, candidates)
+		stop()
 		for i, e := range candidates {
 			totals[i] += ClampScore(scores[e.Key()]) * ws.Weight
 		}
@@ -117,7 +122,9 @@ func runProfile(ctx context.Context, cycle *CycleState, req *LLMRequest, prof *S
 	for i, e := range candidates {
 		scored[i] = ScoredEndpoint{Endpoint: e, Score: totals[i]}
 	}
+	stop := timed(prof.Picker, "Picker")
 	pr := prof.Picker.Pick(ctx, cycle, scored)
+	stop()
 	if pr == nil || len(pr.TargetEndpoints) == 0 {
 		return nil, false
 	}
