@@ -130,6 +130,8 @@ type Stream struct {
 	timeout time.Duration
 	first   bool // the next message is the first of the stream (carries protocol_config)
 
+	stopTimer []*time.Timer // owned by the (single) receiving goroutine
+
 	sendMu sync.Mutex
 
 	mu     sync.Mutex
@@ -226,11 +228,30 @@ func (s *Stream) Recv(ctx context.Context) (*extprocv3.ProcessingResponse, error
 
 // RecvWithin is Recv with an explicit bound; d <= 0 waits until ctx ends.
 func (s *Stream) RecvWithin(ctx context.Context, d time.Duration) (*extprocv3.ProcessingResponse, error) {
+	return s.RecvArmed(ctx, nil, d)
+}
+
+// RecvArmed waits for the next response without a bound until armed is closed, then at most d
+// more (d <= 0: until ctx ends). A nil armed starts the bound at once. Gateways use it for body
+// phases, where the EPP may hold responses until the last chunk: the message timeout starts
+// when the last chunk has been sent.
+func (s *Stream) RecvArmed(ctx context.Context, armed <-chan struct{}, d time.Duration) (*extprocv3.ProcessingResponse, error) {
 	var timer <-chan time.Time
-	if d > 0 {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		timer = t.C
+	arm := func() {
+		if d > 0 {
+			t := time.NewTimer(d)
+			timer = t.C
+			s.stopTimer = append(s.stopTimer[:0], t)
+		}
+	}
+	defer func() {
+		for _, t := range s.stopTimer {
+			t.Stop()
+		}
+		s.stopTimer = s.stopTimer[:0]
+	}()
+	if armed == nil {
+		arm()
 	}
 	for {
 		s.mu.Lock()
@@ -248,6 +269,9 @@ func (s *Stream) RecvWithin(ctx context.Context, d time.Duration) (*extprocv3.Pr
 		}
 		select {
 		case <-s.notify:
+		case <-armed:
+			armed = nil
+			arm()
 		case <-timer:
 			return nil, fmt.Errorf("extprocclient: no response within %v: %w", d, ErrMessageTimeout)
 		case <-ctx.Done():

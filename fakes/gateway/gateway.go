@@ -1,0 +1,345 @@
+// Package gateway is an Envoy stand-in for endpoint pickers (EPPs): an HTTP data plane that asks
+// an EPP over ext_proc (FULL_DUPLEX_STREAMED request and response bodies) where each request
+// goes, forwards it there, and streams the response back through the EPP's response phases.
+//
+// It models what GIE's Envoy-based gateways do (GIE proposal 004 and upstream v1.5.0
+// pkg/epp/handlers): one ext_proc stream per HTTP request; request headers, then the body in
+// chunks, each with the subset hint filter metadata when there is one; the pick read from dynamic
+// metadata envoy.lb / x-gateway-destination-endpoint (else from the header of that name); the
+// request forwarded to the pick's first address only, like Envoy's ORIGINAL_DST cluster (strict
+// mode), or to the next address on a connection failure (lenient mode); the response headers and
+// body chunks sent to the EPP with envoy.lb / x-gateway-destination-endpoint-served, and the EPP's
+// streamed answers written to the client chunk by chunk (SSE stays streaming). Round-robin mode
+// uses no EPP at all: the baseline for benchmarks.
+//
+// Failure handling follows Envoy's ext_proc filter (envoy/extensions/filters/http/ext_proc/v3
+// ext_proc.proto, failure_mode_allow and status_on_error): with FailClose an unreachable EPP, a
+// broken stream or a spurious response gives a local reply 500 (Config.StatusOnError), a message
+// timeout 504; with FailOpen (GIE InferencePool failureMode FailOpen) the request goes round-robin
+// over Config.Endpoints instead.
+package gateway
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/eppkit/eppkit/fakes/gateway/extprocclient"
+)
+
+// Headers the gateway adds or reads.
+const (
+	// SubsetHintHeader on a client request carries a subset hint ("ip:port,ip:port"; an empty
+	// value sends a present-but-empty hint). The gateway strips it before forwarding.
+	SubsetHintHeader = "x-eppkit-subset-hint"
+	// RoutedToHeader on the client response names the "ip:port" the request was forwarded to.
+	RoutedToHeader = "x-eppkit-routed-to"
+	// PodHeader is the model server's own name for itself (fake vLLM, llm-d-inference-sim).
+	PodHeader = "x-inference-pod"
+	// DestinationHeader is the EPP's pick header; never forwarded to the client.
+	DestinationHeader = extprocclient.DestinationKey
+)
+
+// Defaults of Config.
+const (
+	DefaultBodyChunkSize  = 16384
+	DefaultMessageTimeout = 5 * time.Second
+	// DefaultStatusOnError is Envoy's status_on_error default (500).
+	DefaultStatusOnError = http.StatusInternalServerError
+	// maxRequestBody bounds a client request body (bytes).
+	maxRequestBody = 64 << 20
+)
+
+// Mode decides where a request goes.
+type Mode int
+
+const (
+	// ModeStrict forwards to the first address of the pick only; a connection failure is a 503
+	// (Envoy's ORIGINAL_DST behaviour).
+	ModeStrict Mode = iota
+	// ModeLenient tries the pick's addresses in order until one accepts the connection.
+	ModeLenient
+	// ModeRoundRobin uses no EPP: requests go round-robin over Config.Endpoints.
+	ModeRoundRobin
+)
+
+// String returns "strict", "lenient" or "round-robin".
+func (m Mode) String() string {
+	switch m {
+	case ModeStrict:
+		return "strict"
+	case ModeLenient:
+		return "lenient"
+	case ModeRoundRobin:
+		return "round-robin"
+	}
+	return "Mode(" + strconv.Itoa(int(m)) + ")"
+}
+
+// ParseMode parses "strict", "lenient" or "round-robin".
+func ParseMode(s string) (Mode, error) {
+	for _, m := range []Mode{ModeStrict, ModeLenient, ModeRoundRobin} {
+		if s == m.String() {
+			return m, nil
+		}
+	}
+	return 0, fmt.Errorf("gateway: mode must be strict, lenient or round-robin, got %q", s)
+}
+
+// FailureMode decides what happens when the EPP cannot answer.
+type FailureMode int
+
+const (
+	// FailClose answers the client with a local reply: Config.StatusOnError (500), or 504
+	// when the EPP did not answer within the message timeout.
+	FailClose FailureMode = iota
+	// FailOpen forwards the request round-robin over Config.Endpoints, without the EPP.
+	FailOpen
+)
+
+// String returns "close" or "open".
+func (f FailureMode) String() string {
+	if f == FailOpen {
+		return "open"
+	}
+	if f == FailClose {
+		return "close"
+	}
+	return "FailureMode(" + strconv.Itoa(int(f)) + ")"
+}
+
+// ParseFailureMode parses "close"/"FailClose" or "open"/"FailOpen".
+func ParseFailureMode(s string) (FailureMode, error) {
+	switch s {
+	case "close", "FailClose":
+		return FailClose, nil
+	case "open", "FailOpen":
+		return FailOpen, nil
+	}
+	return 0, fmt.Errorf("gateway: failure mode must be close or open, got %q", s)
+}
+
+// Config configures a Gateway.
+type Config struct {
+	// EPPAddress is the EPP's ext_proc "host:port"; required unless Mode is ModeRoundRobin.
+	EPPAddress string
+	// EPPTLS is the TLS configuration towards the EPP; nil means plaintext
+	// (see extprocclient.TLSConfig).
+	EPPTLS *tls.Config
+	// Mode: ModeStrict (default), ModeLenient or ModeRoundRobin.
+	Mode Mode
+	// FailureMode: FailClose (default) or FailOpen.
+	FailureMode FailureMode
+	// Endpoints are the pool's "ip:port" addresses for FailOpen and round-robin.
+	Endpoints []string
+	// BodyChunkSize is the request and response body chunk size sent to the EPP, in bytes;
+	// default DefaultBodyChunkSize.
+	BodyChunkSize int
+	// MessageTimeout bounds each wait for an EPP response (Envoy's message_timeout); default
+	// DefaultMessageTimeout. For body phases the bound starts once the last chunk was sent.
+	MessageTimeout time.Duration
+	// StatusOnError is the FailClose local-reply status; default DefaultStatusOnError (500).
+	StatusOnError int
+	// Logger receives one line per failure; default discards.
+	Logger *slog.Logger
+}
+
+// Gateway is the data plane. It is an http.Handler; Do serves programmatic requests.
+type Gateway struct {
+	cfg       Config
+	epp       *extprocclient.Client
+	transport *http.Transport
+	rr        atomic.Uint64
+	log       *slog.Logger
+}
+
+// New validates cfg and returns a Gateway. Errors name the offending field.
+func New(cfg Config) (*Gateway, error) {
+	if cfg.Mode < ModeStrict || cfg.Mode > ModeRoundRobin {
+		return nil, fmt.Errorf("gateway: Mode %d is not a known mode", cfg.Mode)
+	}
+	if cfg.FailureMode != FailClose && cfg.FailureMode != FailOpen {
+		return nil, fmt.Errorf("gateway: FailureMode %d is not a known failure mode", cfg.FailureMode)
+	}
+	for _, e := range cfg.Endpoints {
+		if _, _, err := net.SplitHostPort(e); err != nil {
+			return nil, fmt.Errorf("gateway: Endpoints: %q is not ip:port: %v", e, err)
+		}
+	}
+	if cfg.Mode == ModeRoundRobin && len(cfg.Endpoints) == 0 {
+		return nil, errors.New("gateway: Endpoints must not be empty in round-robin mode")
+	}
+	if cfg.Mode != ModeRoundRobin && cfg.EPPAddress == "" {
+		return nil, fmt.Errorf("gateway: EPPAddress is required in %s mode", cfg.Mode)
+	}
+	if cfg.BodyChunkSize < 0 || cfg.MessageTimeout < 0 || cfg.StatusOnError < 0 || cfg.StatusOnError > 599 {
+		return nil, fmt.Errorf("gateway: BodyChunkSize (%d), MessageTimeout (%v) and StatusOnError (%d) must not be negative; StatusOnError ≤ 599",
+			cfg.BodyChunkSize, cfg.MessageTimeout, cfg.StatusOnError)
+	}
+	if cfg.BodyChunkSize == 0 {
+		cfg.BodyChunkSize = DefaultBodyChunkSize
+	}
+	if cfg.MessageTimeout == 0 {
+		cfg.MessageTimeout = DefaultMessageTimeout
+	}
+	if cfg.StatusOnError == 0 {
+		cfg.StatusOnError = DefaultStatusOnError
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	g := &Gateway{
+		cfg: cfg,
+		log: cfg.Logger,
+		transport: &http.Transport{
+			DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConns:        1024,
+			MaxIdleConnsPerHost: 256,
+			IdleConnTimeout:     90 * time.Second,
+			DisableCompression:  true, // bytes pass through as the model server wrote them
+		},
+	}
+	if cfg.Mode != ModeRoundRobin {
+		c, err := extprocclient.Dial(cfg.EPPAddress, cfg.EPPTLS)
+		if err != nil {
+			return nil, fmt.Errorf("gateway: EPPAddress: %w", err)
+		}
+		c.MessageTimeout = cfg.MessageTimeout
+		g.epp = c
+	}
+	return g, nil
+}
+
+// Close closes the EPP connection and idle upstream connections.
+func (g *Gateway) Close() error {
+	g.transport.CloseIdleConnections()
+	if g.epp != nil {
+		return g.epp.Close()
+	}
+	return nil
+}
+
+// Request is a programmatic request for Do.
+type Request struct {
+	// Method defaults to POST when Body is non-empty, else GET.
+	Method string
+	// Path with query; default "/".
+	Path string
+	// Headers are sent as given (one value each).
+	Headers map[string]string
+	// Body is the request body.
+	Body []byte
+	// SubsetHint: nil = no hint; empty non-nil = present but empty.
+	SubsetHint []string
+}
+
+// Result is what the client saw, plus what the gateway knows about the routing.
+type Result struct {
+	// Status, Headers and Body are the client response.
+	Status  int
+	Headers http.Header
+	Body    []byte
+	// Endpoint is the "ip:port" the request was forwarded to ("" for a local or immediate reply).
+	Endpoint string
+	// PickHeader and PickMetadata are the EPP's pick as header and as dynamic metadata.
+	PickHeader, PickMetadata string
+	// Immediate reports that the EPP answered with an ImmediateResponse.
+	Immediate bool
+	// FailedOpen reports that the EPP failed and the request went round-robin (FailOpen).
+	FailedOpen bool
+	// ServedPod is the x-inference-pod response header of the model server.
+	ServedPod string
+	// Decision is the EPP's request-phase answer (nil without an EPP exchange).
+	Decision *extprocclient.Decision
+}
+
+// Do serves one request through the gateway and returns the whole response. Local replies
+// (FailClose, no destination, upstream down) are Results with their status; the error is
+// non-nil only when ctx ended or the response was aborted midway (then Result holds what was
+// received).
+func (g *Gateway) Do(ctx context.Context, req *Request) (*Result, error) {
+	in := &inbound{method: req.Method, path: req.Path, host: "eppkit-gateway", header: http.Header{}, body: req.Body, hint: req.SubsetHint}
+	if in.method == "" {
+		in.method = http.MethodGet
+		if len(req.Body) > 0 {
+			in.method = http.MethodPost
+		}
+	}
+	if in.path == "" {
+		in.path = "/"
+	}
+	for k, v := range req.Headers {
+		if strings.EqualFold(k, "host") {
+			in.host = v
+			continue
+		}
+		in.header.Set(k, v)
+	}
+	rec := &recorder{header: http.Header{}}
+	out := g.serve(ctx, in, rec)
+	res := &Result{Status: rec.status, Headers: rec.header, Body: rec.body, Endpoint: out.endpoint, Immediate: out.immediate,
+		FailedOpen: out.failedOpen, Decision: out.decision, ServedPod: rec.header.Get(PodHeader)}
+	if out.decision != nil {
+		res.PickHeader, res.PickMetadata = out.decision.PickHeader, out.decision.PickMetadata
+	}
+	if res.Status == 0 && out.err == nil {
+		res.Status = http.StatusOK
+	}
+	if out.err == nil && ctx.Err() != nil {
+		out.err = ctx.Err()
+	}
+	return res, out.err
+}
+
+// ServeHTTP is the data plane.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxRequestBody+1))
+	if err != nil {
+		http.Error(w, "reading the request body: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	if len(body) > maxRequestBody {
+		http.Error(w, "request body over 64 MiB", http.StatusRequestEntityTooLarge)
+		return
+	}
+	in := &inbound{method: r.Method, path: r.URL.RequestURI(), host: r.Host, header: r.Header.Clone(), body: body}
+	if vals, ok := r.Header[http.CanonicalHeaderKey(SubsetHintHeader)]; ok {
+		in.hint = ParseSubsetHint(strings.Join(vals, ","))
+		in.header.Del(SubsetHintHeader)
+	}
+	out := g.serve(r.Context(), in, &writerSink{w: w, rc: http.NewResponseController(w)})
+	if out.err != nil && out.aborted {
+		// The response was cut midway: reset the client connection as Envoy does.
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// ParseSubsetHint parses a SubsetHintHeader value: comma-separated addresses, blanks dropped;
+// an empty value gives an empty non-nil slice.
+func ParseSubsetHint(v string) []string {
+	out := []string{}
+	for _, p := range strings.Split(v, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// nextEndpoint returns the next round-robin endpoint ("" when there are none).
+func (g *Gateway) nextEndpoint() string {
+	if len(g.cfg.Endpoints) == 0 {
+		return ""
+	}
+	i := g.rr.Add(1) - 1
+	return g.cfg.Endpoints[i%uint64(len(g.cfg.Endpoints))]
+}

@@ -1,0 +1,418 @@
+package gateway_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/eppkit/eppkit/fakes/gateway"
+	"github.com/eppkit/eppkit/fakes/gateway/extprocclient"
+	"github.com/eppkit/eppkit/fakes/gateway/extprocclient/extproctest"
+)
+
+// upstream is an httptest model server that records what it received and names itself.
+type upstream struct {
+	name string
+	srv  *httptest.Server
+	mu   sync.Mutex
+	got  []received
+}
+
+type received struct {
+	body          []byte
+	contentLength int64
+	header        http.Header
+	path          string
+}
+
+func newUpstream(t *testing.T, name string, handler func(w http.ResponseWriter, r *http.Request)) *upstream {
+	t.Helper()
+	u := &upstream{name: name}
+	u.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		u.mu.Lock()
+		u.got = append(u.got, received{body: body, contentLength: r.ContentLength, header: r.Header.Clone(), path: r.URL.RequestURI()})
+		u.mu.Unlock()
+		w.Header().Set("x-inference-pod", name)
+		if handler != nil {
+			handler(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"served_by":"` + name + `"}`))
+	}))
+	t.Cleanup(u.srv.Close)
+	return u
+}
+
+func (u *upstream) addr() string { return u.srv.Listener.Addr().String() }
+
+func (u *upstream) requests() []received {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([]received(nil), u.got...)
+}
+
+func deadAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := ln.Addr().String()
+	_ = ln.Close()
+	return a
+}
+
+func startEPP(t *testing.T, script extproctest.Script) *extproctest.Server {
+	t.Helper()
+	srv, err := extproctest.Start(script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	return srv
+}
+
+func newGateway(t *testing.T, cfg gateway.Config) *gateway.Gateway {
+	t.Helper()
+	g, err := gateway.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.Close() })
+	return g
+}
+
+// pickScript picks pick and replaces the body with mutate(body) in chunks of chunk bytes.
+func pickScript(pick string, mutate func([]byte) []byte, chunk int) extproctest.Script {
+	return extproctest.Script{OnRequest: func(seen *extproctest.Seen) []*extprocv3.ProcessingResponse {
+		body := seen.Body
+		if mutate != nil {
+			body = mutate(body)
+		}
+		return extproctest.PickResponses(pick, map[string]string{"x-picked": "yes"}, body, chunk, !seen.HeadersEOS)
+	}}
+}
+
+func TestRoutesToFirstAddressWithMutatedBody(t *testing.T) {
+	a, b := newUpstream(t, "pod-a", nil), newUpstream(t, "pod-b", nil)
+	mutated := func(in []byte) []byte { return bytes.Repeat(append(in, ' '), 3000) } // > 3 streamed chunks
+	epp := startEPP(t, pickScript(a.addr()+","+b.addr(), mutated, 62000))
+	g := newGateway(t, gateway.Config{EPPAddress: epp.Addr(), BodyChunkSize: 1000})
+	body := []byte(`{"model":"m","prompt":"hello world, this is a prompt"}`)
+	res, err := g.Do(context.Background(), &gateway.Request{Path: "/v1/completions", Body: body, Headers: map[string]string{"Content-Type": "application/json"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != 200 || res.Endpoint != a.addr() || res.ServedPod != "pod-a" || res.Headers.Get(gateway.RoutedToHeader) != a.addr() {
+		t.Fatalf("status %d endpoint %q pod %q routed-to %q, want 200 %s pod-a", res.Status, res.Endpoint, res.ServedPod, res.Headers.Get(gateway.RoutedToHeader), a.addr())
+	}
+	if res.Headers.Get(gateway.DestinationHeader) != "" {
+		t.Errorf("client response carries %s", gateway.DestinationHeader)
+	}
+	if res.PickHeader != a.addr()+","+b.addr() || res.PickMetadata != res.PickHeader {
+		t.Errorf("pick header %q metadata %q", res.PickHeader, res.PickMetadata)
+	}
+	if len(b.requests()) != 0 {
+		t.Errorf("second address got %d requests, want 0", len(b.requests()))
+	}
+	got := a.requests()
+	want := mutated(body)
+	if len(got) != 1 || !bytes.Equal(got[0].body, want) || got[0].contentLength != int64(len(want)) {
+		t.Fatalf("upstream got %d requests; body %d bytes, content-length %d; want %d", len(got), len(got[0].body), got[0].contentLength, len(want))
+	}
+	if got[0].header.Get("x-picked") != "yes" || got[0].path != "/v1/completions" {
+		t.Errorf("upstream headers %v path %q", got[0].header, got[0].path)
+	}
+	if res.Decision.BodyChunks < 3 {
+		t.Errorf("mutated body came in %d chunks, want ≥ 3", res.Decision.BodyChunks)
+	}
+	seen := epp.Seen()
+	if len(seen) != 1 || seen[0].BodyChunks != (len(body)+999)/1000 || !bytes.Equal(seen[0].Body, body) {
+		t.Errorf("EPP saw %d requests, body chunks %d", len(seen), seen[0].BodyChunks)
+	}
+	if served := extproctest.Served(seen[0].ResponseMetadata); served != a.addr() {
+		t.Errorf("served-endpoint metadata %q, want %s", served, a.addr())
+	}
+	if seen[0].ResponseHeaders[":status"] != "200" || string(seen[0].ResponseBody) != `{"served_by":"pod-a"}` || !seen[0].ResponseDone {
+		t.Errorf("EPP response phase: headers %v body %q done %v", seen[0].ResponseHeaders, seen[0].ResponseBody, seen[0].ResponseDone)
+	}
+	if string(res.Body) != `{"served_by":"pod-a"}` {
+		t.Errorf("client body %q", res.Body)
+	}
+}
+
+func TestStrictAndLenientWithDeadFirstAddress(t *testing.T) {
+	for _, tc := range []struct {
+		mode       gateway.Mode
+		wantStatus int
+		wantHits   int
+	}{
+		{gateway.ModeStrict, http.StatusServiceUnavailable, 0},
+		{gateway.ModeLenient, http.StatusOK, 1},
+	} {
+		t.Run(tc.mode.String(), func(t *testing.T) {
+			b := newUpstream(t, "pod-b", nil)
+			epp := startEPP(t, pickScript(deadAddr(t)+","+b.addr(), nil, 0))
+			g := newGateway(t, gateway.Config{EPPAddress: epp.Addr(), Mode: tc.mode})
+			res, err := g.Do(context.Background(), &gateway.Request{Path: "/v1/completions", Body: []byte(`{"model":"m"}`)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Status != tc.wantStatus || len(b.requests()) != tc.wantHits {
+				t.Errorf("status %d, second address hits %d; want %d and %d (body %s)", res.Status, len(b.requests()), tc.wantStatus, tc.wantHits, res.Body)
+			}
+		})
+	}
+}
+
+func TestImmediateResponsePassedThrough(t *testing.T) {
+	a := newUpstream(t, "pod-a", nil)
+	epp := startEPP(t, extproctest.Script{OnRequest: func(*extproctest.Seen) []*extprocv3.ProcessingResponse {
+		return []*extprocv3.ProcessingResponse{extproctest.Immediate(429, map[string]string{"content-type": "application/json", "x-why": "shed"}, []byte(`{"error":"shed"}`))}
+	}})
+	g := newGateway(t, gateway.Config{EPPAddress: epp.Addr(), Endpoints: []string{a.addr()}})
+	srv := httptest.NewServer(g)
+	t.Cleanup(srv.Close)
+	resp, err := http.Post(srv.URL+"/v1/completions", "application/json", strings.NewReader(`{"model":"m"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != 429 || string(body) != `{"error":"shed"}` || resp.Header.Get("x-why") != "shed" {
+		t.Errorf("client got %d %q headers %v", resp.StatusCode, body, resp.Header)
+	}
+	if len(a.requests()) != 0 {
+		t.Errorf("upstream got %d requests after an ImmediateResponse", len(a.requests()))
+	}
+}
+
+func TestFailureModes(t *testing.T) {
+	stalled := startEPP(t, extproctest.Script{OnRequest: func(*extproctest.Seen) []*extprocv3.ProcessingResponse { return nil }})
+	for _, tc := range []struct {
+		name       string
+		epp        string
+		mode       gateway.FailureMode
+		wantStatus int
+		wantOpen   bool
+	}{
+		{"EPP down, close", deadAddr(t), gateway.FailClose, http.StatusInternalServerError, false},
+		{"EPP down, open", deadAddr(t), gateway.FailOpen, http.StatusOK, true},
+		{"EPP silent, close", stalled.Addr(), gateway.FailClose, http.StatusGatewayTimeout, false},
+		{"EPP silent, open", stalled.Addr(), gateway.FailOpen, http.StatusOK, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := newUpstream(t, "pod-a", nil)
+			g := newGateway(t, gateway.Config{EPPAddress: tc.epp, FailureMode: tc.mode, Endpoints: []string{a.addr()}, MessageTimeout: 300 * time.Millisecond})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			res, err := g.Do(ctx, &gateway.Request{Path: "/v1/completions", Body: []byte(`{"model":"m"}`)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Status != tc.wantStatus || res.FailedOpen != tc.wantOpen {
+				t.Errorf("status %d failed-open %v, want %d %v (body %s)", res.Status, res.FailedOpen, tc.wantStatus, tc.wantOpen, res.Body)
+			}
+			if tc.wantOpen && (res.Endpoint != a.addr() || len(a.requests()) != 1 || string(a.requests()[0].body) != `{"model":"m"}`) {
+				t.Errorf("fail-open went to %q with %d upstream requests", res.Endpoint, len(a.requests()))
+			}
+		})
+	}
+}
+
+func TestSubsetHint(t *testing.T) {
+	a := newUpstream(t, "pod-a", nil)
+	epp := startEPP(t, pickScript(a.addr(), nil, 0))
+	g := newGateway(t, gateway.Config{EPPAddress: epp.Addr()})
+	srv := httptest.NewServer(g)
+	t.Cleanup(srv.Close)
+
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/completions", strings.NewReader(`{"model":"m"}`))
+	req.Header.Set(gateway.SubsetHintHeader, "10.0.0.1:8000, 10.0.0.2:8000")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	if _, err := g.Do(context.Background(), &gateway.Request{Body: []byte(`{"model":"m"}`), SubsetHint: []string{}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Do(context.Background(), &gateway.Request{Body: []byte(`{"model":"m"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	seen := epp.Seen()
+	if len(seen) != 3 {
+		t.Fatalf("EPP saw %d requests, want 3", len(seen))
+	}
+	type hint struct {
+		List    []string
+		Present bool
+	}
+	var got []hint
+	for _, s := range seen {
+		l, ok := extproctest.SubsetHint(s.RequestMetadata)
+		got = append(got, hint{l, ok})
+	}
+	want := []hint{{[]string{"10.0.0.1:8000", "10.0.0.2:8000"}, true}, {[]string{}, true}, {nil, false}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("subset hints (-want +got):\n%s", diff)
+	}
+	if _, ok := seen[0].Headers[gateway.SubsetHintHeader]; ok {
+		t.Error("the subset-hint header reached the EPP")
+	}
+	if a.requests()[0].header.Get(gateway.SubsetHintHeader) != "" {
+		t.Error("the subset-hint header reached the upstream")
+	}
+}
+
+func TestSSEStreamsUnbuffered(t *testing.T) {
+	release := make(chan struct{})
+	a := newUpstream(t, "pod-a", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = w.Write([]byte("data: first\n\n"))
+		w.(http.Flusher).Flush()
+		select {
+		case <-release:
+		case <-time.After(10 * time.Second):
+		}
+		_, _ = w.Write([]byte("data: [DONE]\n\n"))
+	})
+	epp := startEPP(t, pickScript(a.addr(), nil, 0))
+	g := newGateway(t, gateway.Config{EPPAddress: epp.Addr()})
+	srv := httptest.NewServer(g)
+	t.Cleanup(srv.Close)
+	resp, err := http.Post(srv.URL+"/v1/completions", "application/json", strings.NewReader(`{"model":"m","stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	rd := bufio.NewReader(resp.Body)
+	first := make(chan string, 1)
+	go func() {
+		line, _ := rd.ReadString('\n')
+		first <- line
+	}()
+	select {
+	case line := <-first:
+		if line != "data: first\n" {
+			t.Errorf("first line %q", line)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first SSE event did not reach the client before the upstream finished")
+	}
+	close(release)
+	rest, _ := io.ReadAll(rd)
+	if string(rest) != "\ndata: [DONE]\n\n" {
+		t.Errorf("rest %q", rest)
+	}
+	if resp.Header.Get("Content-Type") != "text/event-stream" || resp.Header.Get(gateway.RoutedToHeader) != a.addr() {
+		t.Errorf("headers %v", resp.Header)
+	}
+	if seen := epp.Seen(); seen[0].ResponseChunks < 2 {
+		t.Errorf("EPP saw the response in %d chunks, want ≥ 2 (streamed)", seen[0].ResponseChunks)
+	}
+}
+
+func TestRoundRobinWithoutEPP(t *testing.T) {
+	a, b := newUpstream(t, "pod-a", nil), newUpstream(t, "pod-b", nil)
+	g := newGateway(t, gateway.Config{Mode: gateway.ModeRoundRobin, Endpoints: []string{a.addr(), b.addr()}})
+	var pods []string
+	for range 4 {
+		res, err := g.Do(context.Background(), &gateway.Request{Body: []byte(`{"model":"m"}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pods = append(pods, res.ServedPod)
+	}
+	if diff := cmp.Diff([]string{"pod-a", "pod-b", "pod-a", "pod-b"}, pods); diff != "" {
+		t.Errorf("round-robin order (-want +got):\n%s", diff)
+	}
+}
+
+func TestContentLengthMismatchIsRefused(t *testing.T) {
+	a := newUpstream(t, "pod-a", nil)
+	epp := startEPP(t, extproctest.Script{OnRequest: func(seen *extproctest.Seen) []*extprocv3.ProcessingResponse {
+		rs := extproctest.PickResponses(a.addr(), map[string]string{"content-length": "3"}, seen.Body, 0, true)
+		return rs
+	}})
+	g := newGateway(t, gateway.Config{EPPAddress: epp.Addr()})
+	res, err := g.Do(context.Background(), &gateway.Request{Body: []byte(`{"model":"m"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != http.StatusBadGateway || len(a.requests()) != 0 {
+		t.Errorf("status %d, upstream hits %d; want 502 and 0", res.Status, len(a.requests()))
+	}
+}
+
+func TestResponsePhaseFailOpenReplaysBody(t *testing.T) {
+	a := newUpstream(t, "pod-a", nil)
+	// The EPP answers the request, then drops the stream at the response headers.
+	epp := startEPP(t, extproctest.Script{
+		OnRequest: pickScript(a.addr(), nil, 0).OnRequest,
+		OnResponseHeaders: func(*extproctest.Seen) []*extprocv3.ProcessingResponse {
+			return []*extprocv3.ProcessingResponse{extproctest.StreamedBody(true, nil, true)} // spurious: a protocol error
+		},
+	})
+	for _, tc := range []struct {
+		mode       gateway.FailureMode
+		wantStatus int
+		wantBody   string
+	}{
+		{gateway.FailOpen, 200, `{"served_by":"pod-a"}`},
+		{gateway.FailClose, 500, ""},
+	} {
+		g := newGateway(t, gateway.Config{EPPAddress: epp.Addr(), FailureMode: tc.mode})
+		res, err := g.Do(context.Background(), &gateway.Request{Body: []byte(`{"model":"m"}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Status != tc.wantStatus || (tc.wantBody != "" && string(res.Body) != tc.wantBody) {
+			t.Errorf("%s: status %d body %q, want %d %q", tc.mode, res.Status, res.Body, tc.wantStatus, tc.wantBody)
+		}
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  gateway.Config
+		want string
+	}{
+		{"no EPP", gateway.Config{}, "EPPAddress"},
+		{"round-robin without endpoints", gateway.Config{Mode: gateway.ModeRoundRobin}, "Endpoints"},
+		{"bad endpoint", gateway.Config{EPPAddress: "x:1", Endpoints: []string{"nope"}}, "Endpoints"},
+		{"bad mode", gateway.Config{EPPAddress: "x:1", Mode: 7}, "Mode"},
+		{"negative chunk", gateway.Config{EPPAddress: "x:1", BodyChunkSize: -1}, "BodyChunkSize"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := gateway.New(tc.cfg)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want one naming %s", err, tc.want)
+			}
+		})
+	}
+	for _, s := range []string{"strict", "lenient", "round-robin"} {
+		if m, err := gateway.ParseMode(s); err != nil || m.String() != s {
+			t.Errorf("ParseMode(%q) = %v, %v", s, m, err)
+		}
+	}
+	if _, err := gateway.ParseFailureMode("maybe"); err == nil {
+		t.Error("ParseFailureMode accepted maybe")
+	}
+	_ = extprocclient.DefaultChunkSize
+}

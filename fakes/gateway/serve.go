@@ -1,0 +1,563 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/eppkit/eppkit/fakes/gateway/extprocclient"
+)
+
+// inbound is a client request with its body read.
+type inbound struct {
+	method, path, host string
+	header             http.Header
+	body               []byte
+	hint               []string
+}
+
+// outcome is what the gateway did with a request.
+type outcome struct {
+	endpoint   string
+	immediate  bool
+	failedOpen bool
+	decision   *extprocclient.Decision
+	err        error
+	aborted    bool // the client response was cut after its headers were written
+}
+
+// sink is where the client response goes: an http.ResponseWriter or a recorder.
+type sink interface {
+	Header() http.Header
+	WriteHeader(status int)
+	Write(p []byte) (int, error)
+	Flush()
+}
+
+type writerSink struct {
+	w  http.ResponseWriter
+	rc *http.ResponseController
+}
+
+func (s *writerSink) Header() http.Header         { return s.w.Header() }
+func (s *writerSink) WriteHeader(status int)      { s.w.WriteHeader(status) }
+func (s *writerSink) Write(p []byte) (int, error) { return s.w.Write(p) }
+func (s *writerSink) Flush()                      { _ = s.rc.Flush() }
+
+type recorder struct {
+	header http.Header
+	status int
+	body   []byte
+}
+
+func (r *recorder) Header() http.Header { return r.header }
+func (r *recorder) WriteHeader(status int) {
+	if r.status == 0 {
+		r.status = status
+	}
+}
+func (r *recorder) Write(p []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	r.body = append(r.body, p...)
+	return len(p), nil
+}
+func (r *recorder) Flush() {}
+
+// hopHeaders are not forwarded in either direction (RFC 9110 §7.6.1), nor is Content-Length,
+// which the gateway sets from the body it actually sends.
+var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization",
+	"Te", "Trailer", "Transfer-Encoding", "Upgrade", "Content-Length"}
+
+func stripHop(h http.Header) {
+	for _, k := range hopHeaders {
+		h.Del(k)
+	}
+}
+
+// localReply writes a gateway-generated response (JSON with a message).
+func localReply(s sink, status int, msg string) {
+	body, _ := json.Marshal(map[string]string{"error": msg, "source": "eppkit-gateway"})
+	s.Header().Set("Content-Type", "application/json")
+	s.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	s.WriteHeader(status)
+	_, _ = s.Write(body)
+}
+
+func (g *Gateway) serve(ctx context.Context, in *inbound, out sink) outcome {
+	if g.cfg.Mode == ModeRoundRobin {
+		return g.roundRobin(ctx, in, out, false)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	st, err := g.epp.Open(ctx)
+	if err != nil {
+		return g.eppFailed(ctx, in, out, err)
+	}
+	defer st.Close()
+	d, err := st.Exchange(ctx, extprocclient.Request{
+		Headers:    eppRequestHeaders(in),
+		Body:       in.body,
+		ChunkSize:  g.cfg.BodyChunkSize,
+		SubsetHint: in.hint,
+	})
+	if err != nil {
+		o := g.eppFailed(ctx, in, out, err)
+		o.decision = d
+		return o
+	}
+	res := outcome{decision: d}
+	if d.Immediate != nil {
+		res.immediate = true
+		status := d.Immediate.Status
+		if status == 0 {
+			status = http.StatusOK // Envoy's default for an ImmediateResponse without status
+		}
+		for k, v := range d.Immediate.Headers {
+			out.Header().Set(k, v)
+		}
+		out.Header().Set("Content-Length", strconv.Itoa(len(d.Immediate.Body)))
+		out.WriteHeader(status)
+		_, _ = out.Write(d.Immediate.Body)
+		return res
+	}
+	addrs := splitPick(d.Pick())
+	if len(addrs) == 0 {
+		// ORIGINAL_DST without a destination: Envoy answers 503 "no healthy upstream".
+		localReply(out, http.StatusServiceUnavailable, "the EPP returned no destination endpoint")
+		return res
+	}
+	body := in.body
+	if d.Body != nil {
+		body = d.Body
+	}
+	if d.ContentLength != "" && d.ContentLength != strconv.Itoa(len(body)) {
+		g.log.Warn("EPP Content-Length does not match the mutated body", "content-length", d.ContentLength, "body", len(body))
+		localReply(out, http.StatusBadGateway, fmt.Sprintf("the EPP set Content-Length %s but returned a %d-byte body", d.ContentLength, len(body)))
+		return res
+	}
+	if g.cfg.Mode == ModeStrict {
+		addrs = addrs[:1]
+	}
+	hdr, path, host := upstreamHeaders(in, d)
+	resp, endpoint, err := g.forward(ctx, in.method, path, host, hdr, body, addrs)
+	if err != nil {
+		if ctx.Err() != nil {
+			res.err = ctx.Err()
+			return res
+		}
+		g.log.Warn("upstream connect failed", "addresses", addrs, "err", err)
+		localReply(out, http.StatusServiceUnavailable, "upstream connect error: "+err.Error())
+		return res
+	}
+	res.endpoint = endpoint
+	defer resp.Body.Close()
+	g.responsePhases(ctx, st, in, resp, endpoint, out, &res)
+	return res
+}
+
+// eppFailed applies the failure mode to an EPP error in the request phases.
+func (g *Gateway) eppFailed(ctx context.Context, in *inbound, out sink, err error) outcome {
+	if ctx.Err() != nil {
+		return outcome{err: ctx.Err()}
+	}
+	g.log.Warn("ext_proc failed", "failure-mode", g.cfg.FailureMode, "err", err)
+	if g.cfg.FailureMode == FailOpen {
+		return g.roundRobin(ctx, in, out, true)
+	}
+	status := g.cfg.StatusOnError
+	if errors.Is(err, extprocclient.ErrMessageTimeout) {
+		status = http.StatusGatewayTimeout // Envoy: 504 for the timeout case
+	}
+	localReply(out, status, "ext_proc: "+err.Error())
+	return outcome{}
+}
+
+// roundRobin forwards in unchanged to the next endpoint, without ext_proc.
+func (g *Gateway) roundRobin(ctx context.Context, in *inbound, out sink, failedOpen bool) outcome {
+	res := outcome{failedOpen: failedOpen}
+	addr := g.nextEndpoint()
+	if addr == "" {
+		localReply(out, http.StatusServiceUnavailable, "no endpoints configured for fail-open")
+		return res
+	}
+	hdr := in.header.Clone()
+	stripHop(hdr)
+	resp, endpoint, err := g.forward(ctx, in.method, in.path, in.host, hdr, in.body, []string{addr})
+	if err != nil {
+		if ctx.Err() != nil {
+			res.err = ctx.Err()
+			return res
+		}
+		localReply(out, http.StatusServiceUnavailable, "upstream connect error: "+err.Error())
+		return res
+	}
+	defer resp.Body.Close()
+	res.endpoint = endpoint
+	h := out.Header()
+	for k, vs := range resp.Header {
+		h[k] = vs
+	}
+	stripHop(h)
+	if resp.ContentLength >= 0 {
+		h.Set("Content-Length", strconv.FormatInt(resp.ContentLength, 10))
+	}
+	h.Del(DestinationHeader)
+	h.Set(RoutedToHeader, endpoint)
+	out.WriteHeader(resp.StatusCode)
+	if err := copyFlush(out, resp.Body); err != nil {
+		res.err, res.aborted = err, true
+	}
+	return res
+}
+
+// copyFlush copies r to the client, flushing after every read so streams stay streaming.
+func copyFlush(out sink, r io.Reader) error {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			if _, werr := out.Write(buf[:n]); werr != nil {
+				return werr
+			}
+			out.Flush()
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("gateway: reading the upstream body: %w", err)
+		}
+	}
+}
+
+// forward sends the request to the first address that accepts it.
+func (g *Gateway) forward(ctx context.Context, method, path, host string, hdr http.Header, body []byte, addrs []string) (*http.Response, string, error) {
+	var errs []error
+	for _, addr := range addrs {
+		req, err := http.NewRequestWithContext(ctx, method, "http://"+addr+path, bytes.NewReader(body))
+		if err != nil {
+			return nil, "", err
+		}
+		req.Header = hdr.Clone()
+		req.Host = host
+		req.ContentLength = int64(len(body))
+		if len(body) == 0 {
+			req.Body = http.NoBody
+		}
+		resp, err := g.transport.RoundTrip(req)
+		if err == nil {
+			return resp, addr, nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, "", errors.Join(errs...)
+}
+
+// eppRequestHeaders are the headers Envoy sends to ext_proc: pseudo-headers, then the client's
+// (lower-case, one entry per value), with content-length of the body read.
+func eppRequestHeaders(in *inbound) []extprocclient.Header {
+	hs := []extprocclient.Header{{Key: ":authority", Value: in.host}, {Key: ":path", Value: in.path},
+		{Key: ":method", Value: in.method}, {Key: ":scheme", Value: "http"}}
+	h := in.header.Clone()
+	stripHop(h)
+	for k, vs := range h {
+		for _, v := range vs {
+			hs = append(hs, extprocclient.Header{Key: strings.ToLower(k), Value: v})
+		}
+	}
+	if len(in.body) > 0 {
+		hs = append(hs, extprocclient.Header{Key: "content-length", Value: strconv.Itoa(len(in.body))})
+	}
+	return hs
+}
+
+// upstreamHeaders applies the EPP's request header mutation to the client's headers.
+func upstreamHeaders(in *inbound, d *extprocclient.Decision) (http.Header, string, string) {
+	h := in.header.Clone()
+	stripHop(h)
+	path, host := in.path, in.host
+	for _, k := range d.RemovedHeaders {
+		h.Del(k)
+	}
+	for k, v := range d.Headers {
+		switch k {
+		case ":path":
+			path = v
+		case ":authority", "host":
+			host = v
+		case "content-length":
+		default:
+			if !strings.HasPrefix(k, ":") {
+				h.Set(k, v)
+			}
+		}
+	}
+	return h, path, host
+}
+
+func splitPick(pick string) []string {
+	var out []string
+	for _, a := range strings.Split(pick, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// responsePhases streams the upstream response through the EPP's response phases to the client.
+func (g *Gateway) responsePhases(ctx context.Context, st *extprocclient.Stream, in *inbound, resp *http.Response, endpoint string, out sink, res *outcome) {
+	md := extprocclient.Metadata{SubsetHint: in.hint, Served: endpoint}
+	rh := []extprocclient.Header{{Key: ":status", Value: strconv.Itoa(resp.StatusCode)}}
+	for k, vs := range resp.Header {
+		for _, v := range vs {
+			rh = append(rh, extprocclient.Header{Key: strings.ToLower(k), Value: v})
+		}
+	}
+	if resp.ContentLength >= 0 {
+		rh = append(rh, extprocclient.Header{Key: "content-length", Value: strconv.FormatInt(resp.ContentLength, 10)})
+	}
+	noBody := resp.ContentLength == 0 || in.method == http.MethodHead
+	headersSent := make(chan struct{})
+	p := &pump{}
+	pumpDone := make(chan struct{})
+	sendErr := st.SendResponseHeaders(rh, noBody, md)
+	close(headersSent)
+	if noBody || sendErr != nil {
+		close(pumpDone)
+	} else {
+		go p.run(st, resp.Body, g.cfg.BodyChunkSize, md, pumpDone)
+	}
+
+	wroteHeader := false
+	written := 0
+	gotHeaders := false
+	rr := &extprocclient.ResponseResult{}
+	fail := func(err error) {
+		// The EPP failed during the response phases.
+		g.log.Warn("ext_proc failed in the response phases", "failure-mode", g.cfg.FailureMode, "err", err)
+		if g.cfg.FailureMode != FailOpen {
+			_ = resp.Body.Close() // unblock the pump if the upstream stalls
+		}
+		p.stop(st, pumpDone)
+		if g.cfg.FailureMode == FailOpen {
+			if !wroteHeader {
+				writeResponseHeader(out, resp.StatusCode, resp.Header, nil, endpoint, true)
+				wroteHeader = true
+			}
+			sent := p.bytes()
+			if written < len(sent) {
+				_, _ = out.Write(sent[written:])
+				out.Flush()
+			}
+			if err := copyFlush(out, resp.Body); err != nil {
+				res.err, res.aborted = err, true
+			}
+			return
+		}
+		if !wroteHeader {
+			status := g.cfg.StatusOnError
+			if errors.Is(err, extprocclient.ErrMessageTimeout) {
+				status = http.StatusGatewayTimeout
+			}
+			localReply(out, status, "ext_proc: "+err.Error())
+			return
+		}
+		res.err, res.aborted = fmt.Errorf("gateway: ext_proc failed after the response started: %w", err), true
+	}
+	if sendErr != nil {
+		fail(sendErr)
+		return
+	}
+	for {
+		// The header response is due once the headers are sent; body responses may be held by the
+		// EPP until the last chunk, so their timeout starts when the pump has finished.
+		armed := pumpDone
+		if !gotHeaders {
+			armed = headersSent
+		}
+		select {
+		case <-pumpDone:
+			if uerr := p.upstreamErr(); uerr != nil {
+				// The upstream broke mid-body: reset the client as Envoy does.
+				res.err, res.aborted = uerr, wroteHeader
+				if !wroteHeader {
+					localReply(out, http.StatusBadGateway, uerr.Error())
+				}
+				return
+			}
+		default:
+		}
+		msg, err := st.RecvArmed(ctx, armed, g.cfg.MessageTimeout)
+		if err != nil {
+			if ctx.Err() != nil {
+				p.stop(st, pumpDone)
+				res.err, res.aborted = ctx.Err(), wroteHeader
+				return
+			}
+			if uerr := p.upstreamErr(); uerr != nil {
+				res.err, res.aborted = uerr, true
+				if !wroteHeader {
+					localReply(out, http.StatusBadGateway, uerr.Error())
+					res.aborted = false
+				}
+				return
+			}
+			fail(err)
+			return
+		}
+		before := len(rr.Body)
+		done, err := rr.Add(msg, &gotHeaders, noBody)
+		if err != nil {
+			fail(err)
+			return
+		}
+		if rr.Immediate != nil {
+			p.stop(st, pumpDone)
+			res.immediate = true
+			if wroteHeader {
+				res.err, res.aborted = errors.New("gateway: ImmediateResponse after the response started"), true
+				return
+			}
+			for k, v := range rr.Immediate.Headers {
+				out.Header().Set(k, v)
+			}
+			out.Header().Set("Content-Length", strconv.Itoa(len(rr.Immediate.Body)))
+			status := rr.Immediate.Status
+			if status == 0 {
+				status = http.StatusOK
+			}
+			out.WriteHeader(status)
+			_, _ = out.Write(rr.Immediate.Body)
+			return
+		}
+		if gotHeaders && !wroteHeader {
+			writeResponseHeader(out, resp.StatusCode, resp.Header, rr, endpoint, noBody)
+			wroteHeader = true
+		}
+		if chunk := rr.Body[before:]; len(chunk) > 0 {
+			if _, err := out.Write(chunk); err != nil {
+				p.stop(st, pumpDone)
+				res.err, res.aborted = err, true
+				return
+			}
+			written += len(chunk)
+			out.Flush()
+			// The body is already written; keep only what is needed to compare lengths.
+			rr.Body = rr.Body[:0]
+		}
+		if noBody && gotHeaders || done {
+			<-pumpDone
+			return
+		}
+	}
+}
+
+// writeResponseHeader writes the client response headers: the upstream's minus hop-by-hop and
+// the pick header, with the EPP's response header mutation applied and x-eppkit-routed-to.
+func writeResponseHeader(out sink, status int, upstream http.Header, rr *extprocclient.ResponseResult, endpoint string, keepLength bool) {
+	h := out.Header()
+	for k, vs := range upstream {
+		h[k] = append([]string(nil), vs...)
+	}
+	cl := upstream.Get("Content-Length")
+	stripHop(h)
+	if rr != nil {
+		for _, k := range rr.RemovedHeaders {
+			h.Del(k)
+		}
+		for k, v := range rr.Headers {
+			switch {
+			case k == ":status":
+				if n, err := strconv.Atoi(v); err == nil && n >= 100 && n <= 599 {
+					status = n
+				}
+			case strings.HasPrefix(k, ":"):
+			default:
+				h.Set(k, v)
+			}
+		}
+	}
+	if keepLength && cl != "" && h.Get("Content-Length") == "" {
+		h.Set("Content-Length", cl)
+	}
+	h.Del(DestinationHeader)
+	h.Set(RoutedToHeader, endpoint)
+	out.WriteHeader(status)
+}
+
+// pump reads the upstream body and sends it to the EPP as response_body chunks.
+type pump struct {
+	mu      sync.Mutex
+	sent    []byte // everything read from upstream (for FailOpen replay)
+	stopped bool
+	err     error // upstream read error
+}
+
+func (p *pump) run(st *extprocclient.Stream, body io.Reader, chunk int, md extprocclient.Metadata, done chan<- struct{}) {
+	defer close(done)
+	buf := make([]byte, chunk)
+	for {
+		n, err := body.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			p.sent = append(p.sent, buf[:n]...)
+			stopped := p.stopped
+			p.mu.Unlock()
+			if stopped {
+				return
+			}
+			if serr := st.SendResponseBody(append([]byte(nil), buf[:n]...), false, md); serr != nil {
+				return
+			}
+		}
+		if err == io.EOF {
+			p.mu.Lock()
+			stopped := p.stopped
+			p.mu.Unlock()
+			if !stopped {
+				_ = st.SendResponseBody(nil, true, md)
+			}
+			return
+		}
+		if err != nil {
+			p.mu.Lock()
+			p.err = fmt.Errorf("gateway: reading the upstream body: %w", err)
+			p.mu.Unlock()
+			return
+		}
+	}
+}
+
+// stop makes the pump send nothing more to the EPP, unblocks it and waits for it to exit.
+func (p *pump) stop(st *extprocclient.Stream, done <-chan struct{}) {
+	p.mu.Lock()
+	p.stopped = true
+	p.mu.Unlock()
+	st.Close()
+	<-done
+}
+
+func (p *pump) bytes() []byte {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.sent
+}
+
+func (p *pump) upstreamErr() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.err
+}
