@@ -26,8 +26,15 @@ suites:
 	else echo "no suites yet"; fi
 
 ## conformance: the main job (fleet + gateway + EPP + conformance tests + reports)
+# Runs every profile against the reference EPP (bin/eppkit reference-epp) with every feature claimed;
+# reports go to out/reports/. CONFORMANCE_SOURCE=apiserver discovers through a local kube-apiserver.
+CONFORMANCE_SOURCE ?= static
+CONFORMANCE_FLAGS  ?=
 conformance: build
-	./bin/eppkit conformance
+	./bin/eppkit conformance --target reference --endpoint-source $(CONFORMANCE_SOURCE) \
+		--profiles all --all-features --report-output out/reports --log-dir out/conformance \
+		--organization eppkit --project reference-epp --url https://github.com/eppkit/eppkit \
+		--version $(VERSION) --contact https://github.com/eppkit/eppkit/issues $(CONFORMANCE_FLAGS)
 
 ## lint: go vet and a gofmt check
 lint:

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/eppkit/eppkit/fakes/fleet"
+	"github.com/eppkit/eppkit/fakes/gateway"
 	"github.com/eppkit/eppkit/fakes/gateway/extprocclient"
 	"github.com/eppkit/eppkit/fakes/vllm"
 )
@@ -177,6 +178,13 @@ func StartHarness(ctx context.Context, cfg HarnessConfig) (s *Suite, err error) 
 		return s, &HarnessError{Stage: "readiness", Err: err}
 	}
 	log.Info("target ready", "after", time.Since(start).Round(time.Millisecond))
+
+	// The fake gateway in strict mode: every request must get a valid pick from the target.
+	s.Gateway, err = gateway.New(gateway.Config{EPPAddress: addrs.GRPC, EPPTLS: cfg.TargetTLS, Mode: gateway.ModeStrict,
+		Endpoints: s.Endpoints(), MessageTimeout: cfg.Timeouts.Request.D(), Logger: log})
+	if err != nil {
+		return s, &HarnessError{Stage: "gateway", Err: err}
+	}
 	return s, nil
 }
 
@@ -201,8 +209,11 @@ func (s *Suite) SetEndpointReady(ctx context.Context, addr string, ready bool) e
 	return s.source.SetReady(ctx, addr, ready)
 }
 
-// Close stops the target, the endpoint source and the fleet, in that order.
+// Close stops the gateway, the target, the endpoint source and the fleet, in that order.
 func (s *Suite) Close() {
+	if s.Gateway != nil {
+		_ = s.Gateway.Close()
+	}
 	if s.targetStarted && s.target != nil {
 		_ = s.target.Stop(s.Timeouts.TargetStop.D())
 	}

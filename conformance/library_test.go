@@ -123,9 +123,7 @@ func TestParseLists(t *testing.T) {
 }
 
 func TestCommandTargetTemplate(t *testing.T) {
-	tmpl := `{{.Eppkit}} reference-epp --grpc-port {{.GRPCPort}} --grpc-health-port {{.HealthPort}} --metrics-port {{.MetricsPort}}` +
-		`{{if .Endpoints}} --endpoints {{.Endpoints}}{{end}}{{if .Kubeconfig}} --kubeconfig {{.Kubeconfig}} --pool-name {{.PoolName}} --pool-namespace {{.PoolNamespace}}{{end}}{{if .ConfigFile}} --config-file {{.ConfigFile}}{{end}}`
-	c, err := NewCommandTarget("reference", tmpl)
+	c, err := NewCommandTarget("reference", ReferenceCommand)
 	if err != nil {
 		t.Fatal(err)
 	}

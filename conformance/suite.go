@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 
 	"github.com/eppkit/eppkit/fakes/fleet"
+	"github.com/eppkit/eppkit/fakes/gateway"
 	"github.com/eppkit/eppkit/fakes/vllm"
 )
 
@@ -25,6 +26,9 @@ type Suite struct {
 	Timeouts TimeoutConfig
 	// Seed is the run's seed; Rand derives each test's stream from it.
 	Seed int64
+	// Gateway is the fake gateway (strict mode) in front of the target: send requests through it
+	// with s.Gateway.Do(ctx, &gateway.Request{...}); the Result names the endpoint that served.
+	Gateway *gateway.Gateway
 	// Fleet is the fake vLLM fleet behind the pool.
 	Fleet *fleet.Fleet
 	// ModelName is the base model every fleet member serves.

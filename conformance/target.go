@@ -66,6 +66,14 @@ type Target interface {
 	Stop(timeout time.Duration) error
 }
 
+// ReferenceCommand is the command template of the "reference" target: eppkit's own
+// reference-epp (the binary in {{.Eppkit}}), told the pool by the endpoint source. cmd/ and
+// suites/ register the "reference" target with it (this package never imports reference/).
+const ReferenceCommand = `{{.Eppkit}} reference-epp --grpc-port {{.GRPCPort}} --grpc-health-port {{.HealthPort}} --metrics-port {{.MetricsPort}}` +
+	`{{if .Endpoints}} --endpoints {{.Endpoints}}{{end}}` +
+	`{{if .Kubeconfig}} --kubeconfig {{.Kubeconfig}} --pool-name {{.PoolName}} --pool-namespace {{.PoolNamespace}}{{end}}` +
+	`{{if .ConfigFile}} --config-file {{.ConfigFile}}{{end}}`
+
 // TargetOptions are the flags a target factory may use.
 type TargetOptions struct {
 	// Command is the --command template (command target).

@@ -44,16 +44,9 @@ func badFlags(format string, args ...any) error {
 	return &exitError{code: exitBadFlags, err: fmt.Errorf(format, args...)}
 }
 
-// referenceCommand is the command template of the "reference" target: the eppkit binary's own
-// reference-epp, told the pool by the endpoint source.
-const referenceCommand = `{{.Eppkit}} reference-epp --grpc-port {{.GRPCPort}} --grpc-health-port {{.HealthPort}} --metrics-port {{.MetricsPort}}` +
-	`{{if .Endpoints}} --endpoints {{.Endpoints}}{{end}}` +
-	`{{if .Kubeconfig}} --kubeconfig {{.Kubeconfig}} --pool-name {{.PoolName}} --pool-namespace {{.PoolNamespace}}{{end}}` +
-	`{{if .ConfigFile}} --config-file {{.ConfigFile}}{{end}}`
-
 func init() {
 	conformance.RegisterTarget("reference", func(conformance.TargetOptions) (conformance.Target, error) {
-		return conformance.NewCommandTarget("reference", referenceCommand)
+		return conformance.NewCommandTarget("reference", conformance.ReferenceCommand)
 	})
 	subcommands = append(subcommands, newConformanceCommand)
 }
@@ -88,7 +81,12 @@ at --address).
 
 Exit codes: 0 all tests that ran passed, 1 a test failed, 2 the harness or target could not start,
 3 bad flags.`,
-		Args: cobra.NoArgs,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if err := cobra.NoArgs(cmd, args); err != nil {
+				return badFlags("%v", err)
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, _ []string) error { return runConformance(cmd, f) },
 	}
 	fl := cmd.Flags()

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/eppkit/eppkit/conformance"
+)
+
+// runCLI runs `eppkit <args>` in process and returns the exit code main would use and the output.
+func runCLI(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	root := newRootCommand()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs(args)
+	err := root.Execute()
+	if err == nil {
+		return 0, out.String()
+	}
+	var coded interface{ ExitCode() int }
+	if errors.As(err, &coded) {
+		return coded.ExitCode(), out.String() + err.Error()
+	}
+	return 1, out.String() + err.Error()
+}
+
+func TestConformanceFlagErrorsExit3(t *testing.T) {
+	dir := t.TempDir()
+	badTimeouts := filepath.Join(dir, "t.yaml")
+	if err := os.WriteFile(badTimeouts, []byte("pol: 1s\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	meta := []string{"--organization", "o", "--project", "p", "--url", "u", "--version", "v", "--contact", "c"}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string // substring of the message
+	}{
+		{"unknown flag", []string{"--bogus"}, "unknown flag"},
+		{"unknown profile", []string{"--profiles", "Gateway"}, "--profiles"},
+		{"unknown feature", []string{"--supported-features", "Teleport"}, "--supported-features"},
+		{"unknown exempt", []string{"--exempt-features", "x"}, "--exempt-features"},
+		{"unknown run-test", []string{"--run-test", "NoSuchTest"}, "--run-test"},
+		{"unknown skip", []string{"--skip-tests", "NoSuchTest"}, "--skip-tests"},
+		{"unknown target", []string{"--target", "nope"}, "--target"},
+		{"command without template", []string{"--target", "command"}, "--command"},
+		{"bad template", []string{"--target", "command", "--command", "{{.Nope}}"}, "--command"},
+		{"command with reference", []string{"--command", "x"}, "--command"},
+		{"address missing", []string{"--target", "address"}, "--address"},
+		{"address with reference", []string{"--address", "1.2.3.4:9002"}, "--address"},
+		{"unknown source", []string{"--endpoint-source", "dns"}, "--endpoint-source"},
+		{"bad tls", []string{"--target-tls", "maybe"}, "--target-tls"},
+		{"missing ca", []string{"--target-tls", "ca:" + filepath.Join(dir, "none.pem")}, "--target-tls"},
+		{"missing config file", []string{"--config-file", filepath.Join(dir, "none.yaml")}, "--config-file"},
+		{"bad timeout config", []string{"--timeout-config", badTimeouts}, "--timeout-config"},
+		{"report without metadata", []string{"--report-output", dir}, "--report-output"},
+		{"report with partial metadata", append([]string{"--report-output", dir}, meta[:6]...), "version"},
+		{"fleet size", []string{"--fleet-size", "0"}, "--fleet-size"},
+		{"positional arg", []string{"extra"}, "unknown command"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out := runCLI(t, append([]string{"conformance"}, tc.args...)...)
+			if code != exitBadFlags {
+				t.Fatalf("exit %d, want %d; output:\n%s", code, exitBadFlags, out)
+			}
+			if !strings.Contains(out, tc.want) {
+				t.Fatalf("output lacks %q:\n%s", tc.want, out)
+			}
+		})
+	}
+}
+
+func TestConformanceTargetCannotStartExit2(t *testing.T) {
+	if len(conformance.All()) == 0 {
+		t.Skip("no conformance tests registered")
+	}
+	dir := t.TempDir()
+	t.Setenv("EPPKIT_SEED", "7")
+	tc := filepath.Join(dir, "timeouts.yaml")
+	os.WriteFile(tc, []byte("targetReady: 5s\n"), 0o644)
+	code, out := runCLI(t, "conformance", "--target", "command", "--command", "echo no EPP here >&2; exit 3",
+		"--profiles", "EPP", "--log-dir", dir, "--timeout-config", tc, "--fleet-size", "2")
+	if code != exitHarness {
+		t.Fatalf("exit %d, want %d:\n%s", code, exitHarness, out)
+	}
+	for _, want := range []string{"the harness could not start", "exited", "no EPP here"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestCatalogueCommand(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "CATALOGUE.md")
+	if code, msg := runCLI(t, "conformance", "catalogue", "-o", out); code != 0 {
+		t.Fatalf("exit %d: %s", code, msg)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(b) != conformance.Catalogue(conformance.All()) {
+		t.Fatal("catalogue file differs from conformance.Catalogue(All())")
+	}
+}
