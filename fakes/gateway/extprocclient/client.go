@@ -26,6 +26,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -391,4 +393,27 @@ func TLSConfig(insecureSkipVerify bool, caPEM []byte, serverName string) (*tls.C
 		cfg.RootCAs = pool
 	}
 	return cfg, nil
+}
+
+// ParseTLSSpec parses a command-line TLS choice for an EPP connection: "plaintext" or "" (nil
+// config), "insecure" (TLS, any certificate) or "ca:<file>" (TLS, the PEM file is the only
+// root). flag names the option in errors (e.g. "--epp-tls").
+func ParseTLSSpec(flag, s string) (*tls.Config, error) {
+	switch {
+	case s == "" || s == "plaintext":
+		return nil, nil
+	case s == "insecure":
+		return TLSConfig(true, nil, "")
+	case strings.HasPrefix(s, "ca:"):
+		pem, err := os.ReadFile(strings.TrimPrefix(s, "ca:"))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", flag, err)
+		}
+		cfg, err := TLSConfig(false, pem, "")
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: %w", flag, s, err)
+		}
+		return cfg, nil
+	}
+	return nil, fmt.Errorf("%s %q: want plaintext, insecure or ca:<file>", flag, s)
 }
