@@ -20,8 +20,8 @@ func init() { subcommands = append(subcommands, newFakeGatewayCommand) }
 
 type fakeGatewayFlags struct {
 	listen, epp, eppTLS, mode, failureMode, endpoints string
-	chunk, statusOnError                             int
-	messageTimeout                                   time.Duration
+	chunk, statusOnError                              int
+	messageTimeout                                    time.Duration
 }
 
 func newFakeGatewayCommand() *cobra.Command {
