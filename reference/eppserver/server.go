@@ -1,0 +1,388 @@
+// Package eppserver assembles and serves the reference EPP (`eppkit reference-epp`): the
+// framework Runtime built from a config, the director over an endpoint source (discovery) and a
+// metrics collector (data layer), the ext_proc gRPC service, the standard gRPC health service,
+// and Prometheus metrics. Start returns once every listener is open; the server runs until its
+// context ends and then shuts down gracefully.
+package eppserver
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"k8s.io/utils/clock"
+
+	"github.com/eppkit/eppkit/reference/director"
+	"github.com/eppkit/eppkit/reference/extproc"
+	"github.com/eppkit/eppkit/reference/framework"
+	"github.com/eppkit/eppkit/reference/plugins"
+)
+
+// HealthServices are the gRPC health service names the server answers SERVING for once ready
+// (SPEC §5.1): the overall server, the names upstream's deployments probe, and the ext_proc
+// service. "liveness" is SERVING from the start; the others once discovery has synced.
+var HealthServices = []string{"", "inference-extension", "readiness", extprocv3.ExternalProcessor_ServiceDesc.ServiceName}
+
+// LivenessService is SERVING as soon as the server runs.
+const LivenessService = "liveness"
+
+// Discovery is what the server needs from the endpoint source (reference/discovery.Source).
+type Discovery interface {
+	director.EndpointSource
+	// Start begins watching; it returns once set up and stops with ctx.
+	Start(ctx context.Context) error
+	// Synced reports whether the first full list was observed.
+	Synced() bool
+	// Subscribe registers fn, called serially after each change with the endpoints that came
+	// and went.
+	Subscribe(fn func(added, removed []*framework.EndpointMetadata))
+}
+
+// Collector is what the server needs from the data layer (reference/datalayer.Collector).
+type Collector interface {
+	director.MetricsSource
+	// SetEndpoints replaces the set of endpoints to scrape.
+	SetEndpoints(eps []*framework.EndpointMetadata)
+	// Start runs the scrapers until ctx ends.
+	Start(ctx context.Context)
+}
+
+// EndpointRemover is implemented by plugins with per-endpoint state (the prefix producer, the
+// legacy prefix scorer); the server calls RemoveEndpoint with the endpoint's key ("ip:port") when
+// discovery reports that it left the pool.
+type EndpointRemover interface {
+	RemoveEndpoint(key string)
+}
+
+// Options configure the server. Discovery is required.
+type Options struct {
+	// Config is the EndpointPickerConfig; nil means framework.DefaultConfig().
+	Config *framework.EndpointPickerConfig
+	// Registry holds the plugin types; nil means a registry with plugins.RegisterAll.
+	Registry *framework.Registry
+	// Discovery is the endpoint source.
+	Discovery Discovery
+	// Collector is the metrics source; nil means no endpoint metrics.
+	Collector Collector
+	// GRPCAddr is the ext_proc listen address, e.g. ":9002" (port 0 picks a free port).
+	GRPCAddr string
+	// HealthAddr is the gRPC health listen address, e.g. ":9003"; "" serves health only on
+	// GRPCAddr (it is served there too in any case).
+	HealthAddr string
+	// MetricsAddr is the Prometheus /metrics listen address, e.g. ":9090"; "" disables metrics.
+	MetricsAddr string
+	// TLS, when set, serves ext_proc and health over TLS (secure serving).
+	TLS *tls.Config
+	// Seed is the base seed of every random choice (Handle.Seed).
+	Seed int64
+	// Clock is the time source of the runtime and the director; nil means the real clock.
+	Clock clock.WithTicker
+	// Logger receives every log; nil means slog.Default().
+	Logger *slog.Logger
+	// ShutdownTimeout bounds the graceful stop of in-flight streams; 0 means 5 s.
+	ShutdownTimeout time.Duration
+}
+
+// Server is a running reference EPP.
+type Server struct {
+	opts     Options
+	logger   *slog.Logger
+	runtime  *framework.Runtime
+	director *director.Director
+	health   *health.Server
+
+	grpcLis, healthLis, metricsLis net.Listener
+	grpcSrv, healthSrv             *grpc.Server
+	httpSrv                        *http.Server
+
+	done chan struct{}
+	err  error
+}
+
+// Start builds the runtime (a config error is returned as is, naming the field), starts
+// discovery and the collector, opens the listeners and serves until ctx ends. Errors opening a
+// listener or building anything are returned before anything is served.
+func Start(ctx context.Context, opts Options) (*Server, error) {
+	if opts.Discovery == nil {
+		return nil, errors.New("eppserver: Options.Discovery is required")
+	}
+	if opts.GRPCAddr == "" {
+		return nil, errors.New("eppserver: Options.GRPCAddr is required")
+	}
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	reg := opts.Registry
+	if reg == nil {
+		reg = framework.NewRegistry()
+		plugins.RegisterAll(reg)
+	}
+	if opts.ShutdownTimeout <= 0 {
+		opts.ShutdownTimeout = 5 * time.Second
+	}
+	s := &Server{opts: opts, logger: logger, done: make(chan struct{})}
+
+	var promReg *prometheus.Registry
+	var obs *director.Observer
+	if opts.MetricsAddr != "" {
+		promReg = prometheus.NewRegistry()
+		promReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		var err error
+		if obs, err = director.NewObserver(promReg); err != nil {
+			return nil, fmt.Errorf("metrics: %w", err)
+		}
+	}
+
+	runCtx, cancel := context.WithCancel(ctx)
+	ok := false
+	defer func() {
+		if !ok {
+			cancel()
+		}
+	}()
+	rtOpts := framework.RuntimeOptions{Context: runCtx, Clock: opts.Clock, Seed: opts.Seed, Logger: logger,
+		Endpoints: opts.Discovery.Endpoints}
+	if obs != nil {
+		rtOpts.ObservePlugin = obs.ObservePlugin
+	}
+	rt, err := framework.NewRuntime(opts.Config, reg, rtOpts)
+	if err != nil {
+		return nil, err
+	}
+	s.runtime = rt
+	dOpts := director.Options{Runtime: rt, Endpoints: opts.Discovery, Logger: logger, Observer: obs}
+	if opts.Clock != nil {
+		dOpts.Clock = opts.Clock
+	}
+	if opts.Collector != nil {
+		dOpts.Metrics = opts.Collector
+	}
+	if s.director, err = director.New(dOpts); err != nil {
+		return nil, err
+	}
+	if promReg != nil {
+		if err := s.director.RegisterPoolCollectors(promReg); err != nil {
+			return nil, fmt.Errorf("metrics: %w", err)
+		}
+	}
+
+	// Listeners first, so a busy port fails start-up before anything runs.
+	if s.grpcLis, err = net.Listen("tcp", opts.GRPCAddr); err != nil {
+		return nil, fmt.Errorf("--grpc-port: %w", err)
+	}
+	closeAll := func() {
+		for _, l := range []net.Listener{s.grpcLis, s.healthLis, s.metricsLis} {
+			if l != nil {
+				_ = l.Close()
+			}
+		}
+	}
+	if opts.HealthAddr != "" {
+		if s.healthLis, err = net.Listen("tcp", opts.HealthAddr); err != nil {
+			closeAll()
+			return nil, fmt.Errorf("--grpc-health-port: %w", err)
+		}
+	}
+	if opts.MetricsAddr != "" {
+		if s.metricsLis, err = net.Listen("tcp", opts.MetricsAddr); err != nil {
+			closeAll()
+			return nil, fmt.Errorf("--metrics-port: %w", err)
+		}
+	}
+
+	// Endpoint changes: the collector follows the pool; plugins forget departed endpoints.
+	opts.Discovery.Subscribe(func(added, removed []*framework.EndpointMetadata) {
+		if opts.Collector != nil {
+			opts.Collector.SetEndpoints(opts.Discovery.Endpoints())
+		}
+		for _, md := range removed {
+			for _, p := range rt.Plugins() {
+				if r, ok := p.(EndpointRemover); ok {
+					r.RemoveEndpoint(md.Key())
+				}
+			}
+		}
+		if len(added)+len(removed) > 0 {
+			logger.Info("pool changed", "added", keys(added), "removed", keys(removed), "ready", len(opts.Discovery.Endpoints()))
+		}
+	})
+	if err := opts.Discovery.Start(runCtx); err != nil {
+		closeAll()
+		return nil, fmt.Errorf("discovery: %w", err)
+	}
+	if opts.Collector != nil {
+		opts.Collector.SetEndpoints(opts.Discovery.Endpoints())
+		go opts.Collector.Start(runCtx)
+	}
+	rt.Start(runCtx)
+
+	s.health = health.NewServer()
+	s.health.SetServingStatus(LivenessService, healthpb.HealthCheckResponse_SERVING)
+	for _, name := range HealthServices {
+		s.health.SetServingStatus(name, healthpb.HealthCheckResponse_NOT_SERVING)
+	}
+	var grpcOpts []grpc.ServerOption
+	if opts.TLS != nil {
+		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(opts.TLS)))
+	}
+	s.grpcSrv = grpc.NewServer(grpcOpts...)
+	extprocv3.RegisterExternalProcessorServer(s.grpcSrv, extproc.NewServer(s.director, logger))
+	healthpb.RegisterHealthServer(s.grpcSrv, s.health)
+	if s.healthLis != nil {
+		s.healthSrv = grpc.NewServer(grpcOpts...)
+		healthpb.RegisterHealthServer(s.healthSrv, s.health)
+	}
+	if s.metricsLis != nil {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(promReg, promhttp.HandlerOpts{}))
+		s.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	}
+
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	serve := func(name string, f func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(); err != nil && !errors.Is(err, grpc.ErrServerStopped) && !errors.Is(err, http.ErrServerClosed) {
+				errs <- fmt.Errorf("%s: %w", name, err)
+				cancel()
+			}
+		}()
+	}
+	serve("ext_proc", func() error { return s.grpcSrv.Serve(s.grpcLis) })
+	if s.healthSrv != nil {
+		serve("health", func() error { return s.healthSrv.Serve(s.healthLis) })
+	}
+	if s.httpSrv != nil {
+		serve("metrics", func() error { return s.httpSrv.Serve(s.metricsLis) })
+	}
+	go s.watchReadiness(runCtx)
+	logger.Info("reference EPP serving", "grpc", s.grpcLis.Addr().String(), "health", addrString(s.healthLis),
+		"metrics", addrString(s.metricsLis), "tls", opts.TLS != nil, "profiles", rt.ProfileNames())
+
+	go func() {
+		<-runCtx.Done()
+		s.shutdown()
+		wg.Wait()
+		rt.Wait()
+		close(errs)
+		s.err = <-errs
+		cancel()
+		close(s.done)
+	}()
+	ok = true
+	return s, nil
+}
+
+// watchReadiness turns the readiness services SERVING once discovery has synced.
+func (s *Server) watchReadiness(ctx context.Context) {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if s.opts.Discovery.Synced() {
+			for _, name := range HealthServices {
+				s.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
+			}
+			s.logger.Info("ready: discovery synced", "endpoints", len(s.opts.Discovery.Endpoints()))
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// shutdown marks the server not serving, lets in-flight streams finish within ShutdownTimeout,
+// then stops everything.
+func (s *Server) shutdown() {
+	s.logger.Info("shutting down", "timeout", s.opts.ShutdownTimeout)
+	s.health.Shutdown()
+	stopped := make(chan struct{})
+	go func() {
+		s.grpcSrv.GracefulStop()
+		if s.healthSrv != nil {
+			s.healthSrv.GracefulStop()
+		}
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(s.opts.ShutdownTimeout):
+		s.logger.Warn("graceful stop timed out; closing the remaining streams")
+		s.grpcSrv.Stop()
+		if s.healthSrv != nil {
+			s.healthSrv.Stop()
+		}
+		<-stopped
+	}
+	if s.httpSrv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), s.opts.ShutdownTimeout)
+		defer cancel()
+		_ = s.httpSrv.Shutdown(ctx)
+	}
+}
+
+// Wait blocks until the server has shut down (its context ended, or a listener failed) and
+// returns the first serving error, nil after a clean shutdown.
+func (s *Server) Wait() error {
+	<-s.done
+	return s.err
+}
+
+// Done is closed once the server has shut down.
+func (s *Server) Done() <-chan struct{} { return s.done }
+
+// GRPCAddr is the ext_proc listener's address.
+func (s *Server) GRPCAddr() net.Addr { return s.grpcLis.Addr() }
+
+// HealthAddr is the health listener's address, nil when HealthAddr was "".
+func (s *Server) HealthAddr() net.Addr { return addrOf(s.healthLis) }
+
+// MetricsAddr is the metrics listener's address, nil when metrics are disabled.
+func (s *Server) MetricsAddr() net.Addr { return addrOf(s.metricsLis) }
+
+// Runtime returns the framework runtime.
+func (s *Server) Runtime() *framework.Runtime { return s.runtime }
+
+// Director returns the director.
+func (s *Server) Director() *director.Director { return s.director }
+
+func addrOf(l net.Listener) net.Addr {
+	if l == nil {
+		return nil
+	}
+	return l.Addr()
+}
+
+func addrString(l net.Listener) string {
+	if l == nil {
+		return "off"
+	}
+	return l.Addr().String()
+}
+
+func keys(mds []*framework.EndpointMetadata) []string {
+	out := make([]string, len(mds))
+	for i, md := range mds {
+		out[i] = md.Key()
+	}
+	return out
+}
