@@ -293,3 +293,22 @@ func (p Plan) Check(t TestingT, s *Suite, count, trials int) bool {
 	}
 	return true
 }
+
+// DeterministicTrials returns how many independent trials a rule without exploration (every
+// trial must hold, as the protocol rules of the EPP profile) needs so that a picker that satisfies
+// each trial only by chance, with probability chance in [0,1), passes all of them with
+// probability ≤ MaxFalsePass (SPEC §6 (b)): the smallest m with chance^m ≤ MaxFalsePass; 1 when
+// chance is 0. It returns an error for chance outside [0,1).
+func DeterministicTrials(chance float64) (int, error) {
+	if !(chance >= 0 && chance < 1) {
+		return 0, fmt.Errorf("stats: chance %v: want a probability in [0,1)", chance)
+	}
+	if chance == 0 {
+		return 1, nil
+	}
+	m := int(math.Ceil(math.Log(MaxFalsePass) / math.Log(chance)))
+	for math.Pow(chance, float64(m)) > MaxFalsePass { // guard against rounding
+		m++
+	}
+	return max(m, 1), nil
+}

@@ -258,3 +258,23 @@ func TestPlanCheck(t *testing.T) {
 		})
 	}
 }
+
+func TestDeterministicTrials(t *testing.T) {
+	for _, tc := range []struct {
+		chance float64
+		want   int
+	}{{0, 1}, {0.25, 10}, {0.5, 20}, {1.0 / 3, 13}, {0.75, 49}} {
+		got, err := DeterministicTrials(tc.chance)
+		if err != nil || got != tc.want {
+			t.Errorf("DeterministicTrials(%v) = %d, %v; want %d", tc.chance, got, err, tc.want)
+		}
+		if tc.chance > 0 && (math.Pow(tc.chance, float64(got)) > MaxFalsePass || math.Pow(tc.chance, float64(got-1)) <= MaxFalsePass) {
+			t.Errorf("DeterministicTrials(%v) = %d is not the smallest m with chance^m ≤ 1e-6", tc.chance, got)
+		}
+	}
+	for _, bad := range []float64{-0.1, 1, math.NaN()} {
+		if _, err := DeterministicTrials(bad); err == nil {
+			t.Errorf("DeterministicTrials(%v): want an error", bad)
+		}
+	}
+}

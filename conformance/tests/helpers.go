@@ -1,0 +1,255 @@
+// Package tests holds eppkit's conformance tests, one file per test, each registering a
+// conformance.ConformanceTest from init(). Import it for its side effect:
+//
+//	import _ "github.com/eppkit/eppkit/conformance/tests"
+//
+// This file holds the helpers the tests share: request bodies, ext_proc exchanges that fail the
+// test with what was expected and what was seen, and pick checks. Every wait is bounded by
+// s.Timeouts; every random choice comes from s.Rand(t), whose seed the runner prints.
+package tests
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"slices"
+	"strings"
+
+	"github.com/eppkit/eppkit/conformance"
+	"github.com/eppkit/eppkit/fakes/gateway/extprocclient"
+)
+
+// Paths of the OpenAI API the tests send.
+const (
+	pathChat        = "/v1/chat/completions"
+	pathCompletions = "/v1/completions"
+	// authority is the :authority the tests send (any host works for an EPP).
+	authority = "eppkit-conformance"
+)
+
+// chatBody is a chat completion request for model with one user message, max_tokens 1 (the
+// routing tests do not need long answers).
+func chatBody(model, prompt string) []byte {
+	b, _ := json.Marshal(map[string]any{
+		"model":      model,
+		"messages":   []map[string]string{{"role": "user", "content": prompt}},
+		"max_tokens": 1,
+	})
+	return b
+}
+
+// completionBody is a completions request for model with prompt; extra fields (such as
+// "cache_salt") are added to the object.
+func completionBody(model, prompt string, extra map[string]any) []byte {
+	m := map[string]any{"model": model, "prompt": prompt, "max_tokens": 1}
+	for k, v := range extra {
+		m[k] = v
+	}
+	b, _ := json.Marshal(m)
+	return b
+}
+
+// chatRequest is an ext_proc request carrying a chat completion for prompt; hint is the subset
+// hint (nil = none).
+func chatRequest(s *conformance.Suite, prompt string, hint []string) extprocclient.Request {
+	body := chatBody(s.ModelName, prompt)
+	return extprocclient.Request{
+		Headers:    extprocclient.RequestHeaders("POST", pathChat, authority, body, nil),
+		Body:       body,
+		SubsetHint: hint,
+	}
+}
+
+// uniquePrompt returns a prompt that shares no prefix-cache block with any other prompt of the
+// run: it starts with 16 random hex characters from r, then the test's nonce, then words.
+func uniquePrompt(s *conformance.Suite, t conformance.TestingT, r *rand.Rand, words int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%016x %s", r.Uint64(), s.Nonce(t))
+	for i := 0; i < words; i++ {
+		b.WriteByte(' ')
+		b.WriteString(vocabulary[r.IntN(len(vocabulary))])
+	}
+	return b.String()
+}
+
+// vocabulary feeds random prompts.
+var vocabulary = strings.Fields(`the a model server request token cache prefix block endpoint queue
+	pool gateway picker score filter latency adapter prompt answer decode prefill memory batch
+	stream metric ready serving weight random seed value shape order chunk header body route`)
+
+// testContext returns a context bounded by the whole-test timeout, cancelled in Cleanup.
+func testContext(t conformance.TestingT, s *conformance.Suite) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), s.Timeouts.TestTimeout.D())
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// openStream opens an ext_proc stream on c bounded by the test's context; it is closed in
+// Cleanup. It fails the test when the stream cannot be opened.
+func openStream(t conformance.TestingT, s *conformance.Suite, c *extprocclient.Client) *extprocclient.Stream {
+	t.Helper()
+	st, err := c.Open(testContext(t, s))
+	if err != nil {
+		t.Fatalf("open an ext_proc stream to %s: %v", s.TargetAddress, err)
+	}
+	t.Cleanup(st.Close)
+	return st
+}
+
+// exchange runs the request phases of req on a new stream of c (one stream per HTTP request, as
+// Envoy does) and returns the EPP's answer, or fails the test on a stream error, a timeout or a
+// protocol violation.
+func exchange(t conformance.TestingT, s *conformance.Suite, c *extprocclient.Client, req extprocclient.Request) *extprocclient.Decision {
+	t.Helper()
+	st := openStream(t, s, c)
+	return exchangeOn(t, s, st, req)
+}
+
+// exchangeOn is exchange on an open stream.
+func exchangeOn(t conformance.TestingT, s *conformance.Suite, st *extprocclient.Stream, req extprocclient.Request) *extprocclient.Decision {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), s.Timeouts.Request.D())
+	defer cancel()
+	d, err := st.Exchange(ctx, req)
+	if err != nil {
+		t.Fatalf("ext_proc exchange with %s (%s): %v", s.TargetAddress, describe(req), err)
+	}
+	return d
+}
+
+// describe summarises a request for failure messages.
+func describe(req extprocclient.Request) string {
+	var method, path string
+	for _, h := range req.Headers {
+		switch h.Key {
+		case ":method":
+			method = h.Value
+		case ":path":
+			path = h.Value
+		}
+	}
+	out := fmt.Sprintf("%s %s, %d body bytes", method, path, len(req.Body))
+	if req.SubsetHint != nil {
+		out += fmt.Sprintf(", subset hint %q", req.SubsetHint)
+	}
+	return out
+}
+
+// mustRoute fails the test unless the EPP answered with a pick (no ImmediateResponse) that
+// satisfies the protocol (see pickProblem); it returns the pick's addresses.
+func mustRoute(t conformance.TestingT, s *conformance.Suite, d *extprocclient.Decision, req extprocclient.Request) []string {
+	t.Helper()
+	if d.Immediate != nil {
+		t.Fatalf("EPP refused a valid request (%s) with ImmediateResponse %d: %s", describe(req), d.Immediate.Status, strings.TrimSpace(string(d.Immediate.Body)))
+	}
+	addrs, problem := pickProblem(s, d)
+	if problem != "" {
+		t.Fatalf("%s (%s)", problem, describe(req))
+	}
+	return addrs
+}
+
+// pickProblem checks GIE proposal 004's rules on the pick: it is set as the header
+// x-gateway-destination-endpoint and/or the dynamic metadata envoy.lb /
+// x-gateway-destination-endpoint; when both are set they are equal; it is a non-empty comma
+// list of ip:port, each an endpoint of the pool. It returns the addresses and "" or the problem.
+func pickProblem(s *conformance.Suite, d *extprocclient.Decision) ([]string, string) {
+	h, m := d.PickHeader, d.PickMetadata
+	switch {
+	case h == "" && m == "":
+		return nil, fmt.Sprintf("EPP returned no pick: neither the header %s nor the dynamic metadata %s/%s is set",
+			extprocclient.DestinationKey, extprocclient.DestinationNamespace, extprocclient.DestinationKey)
+	case h != "" && m != "" && h != m:
+		return nil, fmt.Sprintf("EPP returned two different picks: header %s=%q, dynamic metadata %s/%s=%q",
+			extprocclient.DestinationKey, h, extprocclient.DestinationNamespace, extprocclient.DestinationKey, m)
+	}
+	pick := d.Pick()
+	addrs := splitPick(pick)
+	if len(addrs) == 0 {
+		return nil, fmt.Sprintf("EPP pick %q holds no address", pick)
+	}
+	pool := s.Endpoints()
+	for _, a := range addrs {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return addrs, fmt.Sprintf("EPP pick %q: %q is not ip:port: %v", pick, a, err)
+		}
+		if !slices.Contains(pool, a) {
+			return addrs, fmt.Sprintf("EPP picked %s, which is not a ready endpoint of the pool %v", a, pool)
+		}
+	}
+	return addrs, ""
+}
+
+// splitPick splits a comma list of addresses, trimming spaces and dropping empty items.
+func splitPick(pick string) []string {
+	var out []string
+	for _, a := range strings.Split(pick, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// hostOf returns the IP of ip:port (the input when it has no port).
+func hostOf(addr string) string {
+	h, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	return h
+}
+
+// requireLoopbackFleet fails the test when fleet members share one IP (the 127.0.0.1
+// distinct-port fallback): rules that match endpoints by IP cannot be told apart there.
+func requireLoopbackFleet(t conformance.TestingT, s *conformance.Suite) {
+	t.Helper()
+	if !s.Fleet.Loopback() {
+		t.Fatalf("precondition: this test needs fleet members on distinct IPs (127.0.10.x); this host fell back to distinct ports on 127.0.0.1, where matching by IP cannot tell endpoints apart")
+	}
+}
+
+// requireEndpoints fails the test unless the pool has at least n endpoints.
+func requireEndpoints(t conformance.TestingT, s *conformance.Suite, n int) []string {
+	t.Helper()
+	pool := s.Endpoints()
+	if len(pool) < n {
+		t.Fatalf("precondition: this test needs a pool of at least %d endpoints, the harness has %d", n, len(pool))
+	}
+	return pool
+}
+
+// mustTrials is conformance.DeterministicTrials that fails the test on an error, and logs m.
+func mustTrials(t conformance.TestingT, chance float64, what string) int {
+	t.Helper()
+	m, err := conformance.DeterministicTrials(chance)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	t.Logf("%d trials: a picker that %s only by chance (p=%.4g per trial) passes all with probability %.3g ≤ %g",
+		m, what, chance, pow(chance, m), conformance.MaxFalsePass)
+	return m
+}
+
+func pow(x float64, n int) float64 {
+	out := 1.0
+	for i := 0; i < n; i++ {
+		out *= x
+	}
+	return out
+}
+
+// tryExchange is exchange that returns errors instead of failing the test (for cleanups and
+// polling); the stream is closed before it returns.
+func tryExchange(s *conformance.Suite, c *extprocclient.Client, req extprocclient.Request) (*extprocclient.Decision, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.Timeouts.Request.D())
+	defer cancel()
+	st, err := c.Open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	return st.Exchange(ctx, req)
+}

@@ -1,0 +1,227 @@
+package tests
+
+import (
+	"context"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/eppkit/eppkit/conformance"
+	"github.com/eppkit/eppkit/fakes/gateway/extprocclient/extproctest"
+)
+
+// The self test runs the EPP-profile tests against a toy EPP built on the scripted ext_proc
+// server (extproctest): a uniform random picker that follows GIE proposal 004, and mutants that
+// each break one rule. Every test must pass the toy and fail each mutant aimed at it; that is
+// the proof that the tests can fail. (The routing tests are proved against the reference EPP with
+// random-picker configs in suites/conformance.)
+
+// toyEPP is a uniform random picker over the pool speaking the protocol; mutant names one rule
+// it breaks ("" = none).
+type toyEPP struct {
+	mutant string
+	pool   atomic.Pointer[[]string]
+	mu     sync.Mutex
+	rng    *rand.Rand
+	srv    *extproctest.Server
+	health *grpc.Server
+	hl     net.Listener
+	exited chan struct{}
+}
+
+// Mutants of toyEPP.
+const (
+	mutIgnoreSubset     = "ignore-subset"      // picks from the whole pool whatever the hint says
+	mutExactPortSubset  = "exact-port-subset"  // matches the hint by ip:port, not by IP
+	mutRouteEmptySubset = "route-empty-subset" // treats an empty hint as no hint
+	mutMetadataDiffers  = "metadata-differs"   // dynamic metadata names another endpoint than the header
+	mutNoPick           = "no-pick"            // sets neither header nor metadata (after the first requests)
+	mutOutsidePool      = "outside-pool"       // picks an address outside the pool now and then
+	mutRejectServed     = "reject-served"      // answers response phases carrying the served endpoint with 500
+	mutNoReadiness      = "no-readiness"       // health answers liveness only
+	mutRouteForeignHint = "route-foreign-hint" // a hint matching nothing falls back to the whole pool
+)
+
+func (e *toyEPP) Name() string { return "toy-" + e.mutant }
+
+func (e *toyEPP) Start(_ context.Context, env conformance.TargetEnv) (conformance.TargetAddrs, error) {
+	pool := strings.Split(env.Endpoints, ",")
+	e.pool.Store(&pool)
+	e.rng = rand.New(rand.NewPCG(1, 2))
+	e.exited = make(chan struct{})
+	var err error
+	e.srv, err = extproctest.Start(extproctest.Script{OnRequest: e.onRequest, OnResponseHeaders: e.onResponseHeaders})
+	if err != nil {
+		return conformance.TargetAddrs{}, err
+	}
+	e.hl, err = net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return conformance.TargetAddrs{}, err
+	}
+	hs := health.NewServer()
+	hs.SetServingStatus("liveness", healthpb.HealthCheckResponse_SERVING)
+	if e.mutant != mutNoReadiness {
+		hs.SetServingStatus("readiness", healthpb.HealthCheckResponse_SERVING)
+		hs.SetServingStatus("envoy.service.ext_proc.v3.ExternalProcessor", healthpb.HealthCheckResponse_SERVING)
+	}
+	e.health = grpc.NewServer()
+	healthpb.RegisterHealthServer(e.health, hs)
+	go func() { _ = e.health.Serve(e.hl) }()
+	return conformance.TargetAddrs{GRPC: e.srv.Addr(), Health: e.hl.Addr().String()}, nil
+}
+
+func (e *toyEPP) Exited() <-chan struct{} { return e.exited }
+func (e *toyEPP) ExitErr() error          { return nil }
+func (e *toyEPP) Stop(time.Duration) error {
+	e.srv.Stop()
+	e.health.Stop()
+	return nil
+}
+
+func (e *toyEPP) onRequest(seen *extproctest.Seen) []*extprocv3.ProcessingResponse {
+	pool := *e.pool.Load()
+	cands := pool
+	hint, present := extproctest.SubsetHint(seen.RequestMetadata)
+	if present && e.mutant != mutIgnoreSubset && !(e.mutant == mutRouteEmptySubset && len(hint) == 0) {
+		cands = nil
+		for _, a := range pool {
+			if slices.ContainsFunc(hint, func(h string) bool {
+				if e.mutant == mutExactPortSubset {
+					return h == a
+				}
+				return hostOf(h) == hostOf(a)
+			}) {
+				cands = append(cands, a)
+			}
+		}
+		if len(cands) == 0 && e.mutant == mutRouteForeignHint && len(hint) > 0 {
+			cands = pool
+		}
+		if len(cands) == 0 {
+			return []*extprocv3.ProcessingResponse{extproctest.Immediate(http.StatusServiceUnavailable, nil, []byte(`{"message":"no eligible endpoint"}`))}
+		}
+	}
+	e.mu.Lock()
+	pick := cands[e.rng.IntN(len(cands))]
+	n := e.rng.IntN(10)
+	e.mu.Unlock()
+	switch {
+	case e.mutant == mutOutsidePool && n == 0:
+		pick = "192.0.2.9:8000"
+	case e.mutant == mutNoPick && n < 3:
+		pick = ""
+	}
+	out := extproctest.PickResponses(pick, nil, seen.Body, 0, !seen.HeadersEOS)
+	if e.mutant == mutMetadataDiffers && n < 5 {
+		out[0].DynamicMetadata = &structpb.Struct{Fields: map[string]*structpb.Value{
+			"envoy.lb": structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+				"x-gateway-destination-endpoint": structpb.NewStringValue(pool[(slices.Index(pool, pick)+1)%len(pool)]),
+			}}),
+		}}
+	}
+	return out
+}
+
+func (e *toyEPP) onResponseHeaders(seen *extproctest.Seen) []*extprocv3.ProcessingResponse {
+	if e.mutant == mutRejectServed && extproctest.Served(seen.ResponseMetadata) != "" {
+		return []*extprocv3.ProcessingResponse{extproctest.Immediate(http.StatusInternalServerError, nil, []byte(`{"message":"served?"}`))}
+	}
+	return []*extprocv3.ProcessingResponse{{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}}}
+}
+
+// runAgainst starts a harness around the toy EPP with mutant and runs the named EPP-profile
+// tests, returning each one's result.
+func runAgainst(t *testing.T, mutant string, names ...string) map[string]conformance.TestResult {
+	t.Helper()
+	to := conformance.DefaultTimeoutConfig()
+	to.TestTimeout = conformance.Duration(time.Minute)
+	to.EndpointChange = conformance.Duration(2 * time.Second)
+	to.Request = conformance.Duration(2 * time.Second)
+	s, err := conformance.StartHarness(context.Background(), conformance.HarnessConfig{
+		Target: &toyEPP{mutant: mutant}, Source: conformance.StaticSource{}, Seed: 7, Timeouts: to, FleetSize: 4,
+	})
+	if err != nil {
+		t.Fatalf("StartHarness: %v", err)
+	}
+	defer s.Close()
+	out := map[string]conformance.TestResult{}
+	for _, name := range names {
+		r := conformance.Runner{Suite: s, Selection: conformance.Selection{Profiles: []conformance.Profile{conformance.ProfileEPP}, RunTest: name}}
+		for _, res := range r.Run(conformance.All()) {
+			if res.Test.ShortName == name {
+				out[name] = res
+			}
+		}
+		if _, ok := out[name]; !ok {
+			t.Fatalf("test %s is not registered in the EPP profile", name)
+		}
+	}
+	return out
+}
+
+func TestEPPProfileAgainstToyEPP(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a fleet and a toy EPP")
+	}
+	var eppTests []string
+	for _, ct := range conformance.All() {
+		if ct.Profile == conformance.ProfileEPP {
+			eppTests = append(eppTests, ct.ShortName)
+		}
+	}
+	t.Run("compliant toy passes every EPP test", func(t *testing.T) {
+		for name, res := range runAgainst(t, "", eppTests...) {
+			if res.Outcome != conformance.Passed {
+				t.Errorf("%s: %s against the compliant toy EPP:\n%s", name, res.Outcome, res.Log)
+			}
+		}
+	})
+	for _, tc := range []struct {
+		mutant   string
+		failing  []string // must fail
+		wantText string   // in the failure message
+	}{
+		{mutIgnoreSubset, []string{"EPPSubsetHint", "EPPEmptySubset503", "EPPNoEligibleEndpoint503"}, ""},
+		{mutExactPortSubset, []string{"EPPSubsetHint"}, ""},
+		{mutRouteEmptySubset, []string{"EPPEmptySubset503"}, "want ImmediateResponse 503"},
+		{mutRouteForeignHint, []string{"EPPNoEligibleEndpoint503"}, "want ImmediateResponse 503"},
+		{mutMetadataDiffers, []string{"EPPPickHeaderAndMetadata"}, "two different picks"},
+		{mutNoPick, []string{"EPPPickHeaderAndMetadata", "EPPPickIsReadyEndpoint"}, "no pick"},
+		{mutOutsidePool, []string{"EPPPickIsReadyEndpoint"}, "not a ready endpoint of the pool"},
+		{mutRejectServed, []string{"EPPServedEndpointMetadata"}, "ImmediateResponse 500"},
+		{mutNoReadiness, []string{"EPPHealth"}, "readiness"},
+	} {
+		t.Run(tc.mutant, func(t *testing.T) {
+			for name, res := range runAgainst(t, tc.mutant, tc.failing...) {
+				if res.Outcome != conformance.Failed {
+					t.Errorf("%s passed against the %s mutant; it must fail. Log:\n%s", name, tc.mutant, res.Log)
+					continue
+				}
+				if tc.wantText != "" && !strings.Contains(res.Message, tc.wantText) {
+					t.Errorf("%s failed against %s with %q; want a message containing %q", name, tc.mutant, res.Message, tc.wantText)
+				}
+				t.Logf("%s fails against %s as it must: %s", name, tc.mutant, firstLineOf(res.Message))
+			}
+		})
+	}
+}
+
+func firstLineOf(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
