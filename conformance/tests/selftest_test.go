@@ -224,4 +224,3 @@ func firstLineOf(s string) string {
 	}
 	return s
 }
-
