@@ -57,7 +57,8 @@ type Collector interface {
 	director.MetricsSource
 	// SetEndpoints replaces the set of endpoints to scrape.
 	SetEndpoints(eps []*framework.EndpointMetadata)
-	// Start runs the scrapers until ctx ends.
+	// Start runs the scrapers until ctx ends (it may return at once). A collector that also has
+	// a Wait() method is waited for at shutdown.
 	Start(ctx context.Context)
 }
 
@@ -281,6 +282,9 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		s.shutdown()
 		wg.Wait()
 		rt.Wait()
+		if w, ok := opts.Collector.(interface{ Wait() }); ok {
+			w.Wait() // the collector's scrapers have stopped with runCtx
+		}
 		close(errs)
 		s.err = <-errs
 		cancel()
