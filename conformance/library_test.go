@@ -173,6 +173,11 @@ func TestCommandTargetLifecycle(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	select {
+	case <-c.Exited():
+		t.Fatalf("target exited before Stop: %v", c.ExitErr())
+	case <-time.After(100 * time.Millisecond):
+	}
 	start := time.Now()
 	if err := c.Stop(5 * time.Second); err != nil {
 		t.Fatalf("Stop: %v", err)

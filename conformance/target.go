@@ -194,7 +194,7 @@ func (c *CommandTarget) Start(ctx context.Context, env TargetEnv) (TargetAddrs, 
 		return TargetAddrs{}, fmt.Errorf("target log: %w", err)
 	}
 	fmt.Fprintf(logf, "# %s\n", line)
-	cmd := exec.Command("/bin/sh", "-c", "exec "+line)
+	cmd := exec.Command("/bin/sh", "-c", line)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
