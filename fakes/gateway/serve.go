@@ -102,7 +102,11 @@ func (g *Gateway) serve(ctx context.Context, in *inbound, out sink) outcome {
 	if err != nil {
 		return g.eppFailed(ctx, in, out, err)
 	}
-	defer st.Close()
+	defer func() {
+		// Half-close first so the EPP sees a clean end of stream, as when Envoy finishes a request.
+		_ = st.CloseSend()
+		st.Close()
+	}()
 	d, err := st.Exchange(ctx, extprocclient.Request{
 		Headers:    eppRequestHeaders(in),
 		Body:       in.body,

@@ -3,7 +3,18 @@ package extprocclient_test
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -190,5 +201,83 @@ func TestDeadEPP(t *testing.T) {
 	}
 	if err == nil {
 		t.Fatal("exchange with nothing listening succeeded")
+	}
+}
+
+// selfSigned returns a server TLS config for 127.0.0.1 and its certificate in PEM.
+func selfSigned(t *testing.T) (*tls.Config, []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "eppkit-test-epp"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, IsCA: true, BasicConstraintsValid: true,
+		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert := tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}
+
+func TestTLS(t *testing.T) {
+	serverCfg, caPEM := selfSigned(t)
+	_, otherCA := selfSigned(t)
+	srv, err := extproctest.StartTLS(extproctest.Script{}, serverCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	dir := t.TempDir()
+	caFile, otherFile := filepath.Join(dir, "ca.pem"), filepath.Join(dir, "other.pem")
+	if err := os.WriteFile(caFile, caPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(otherFile, otherCA, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		spec   string
+		wantOK bool
+	}{
+		{"insecure", true},
+		{"ca:" + caFile, true},
+		{"ca:" + otherFile, false}, // wrong root: the handshake must fail
+		{"plaintext", false},       // plaintext against a TLS server
+	} {
+		t.Run(tc.spec, func(t *testing.T) {
+			cfg, err := extprocclient.ParseTLSSpec("--epp-tls", tc.spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := extprocclient.Dial(srv.Addr(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = c.Close() }()
+			c.MessageTimeout = 2 * time.Second
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			st, err := c.Open(ctx)
+			if err == nil {
+				defer st.Close()
+				_, err = st.Exchange(ctx, extprocclient.Request{Headers: extprocclient.RequestHeaders("GET", "/", "gw", nil, nil)})
+			}
+			if (err == nil) != tc.wantOK {
+				t.Errorf("exchange error %v, want ok=%v", err, tc.wantOK)
+			}
+		})
+	}
+	for _, bad := range []string{"tls", "ca:" + filepath.Join(dir, "missing.pem")} {
+		if _, err := extprocclient.ParseTLSSpec("--epp-tls", bad); err == nil || !strings.Contains(err.Error(), "--epp-tls") {
+			t.Errorf("ParseTLSSpec(%q) error %v, want one naming --epp-tls", bad, err)
+		}
 	}
 }

@@ -5,6 +5,7 @@
 package extproctest
 
 import (
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -16,6 +17,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -66,13 +68,20 @@ type Server struct {
 	seen []*Seen
 }
 
-// Start listens on 127.0.0.1:0 and serves script until Stop.
-func Start(script Script) (*Server, error) {
+// Start listens on 127.0.0.1:0 and serves script in plaintext until Stop.
+func Start(script Script) (*Server, error) { return StartTLS(script, nil) }
+
+// StartTLS is Start serving over TLS with cfg (nil = plaintext).
+func StartTLS(script Script, cfg *tls.Config) (*Server, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{script: script, grpc: grpc.NewServer(), ln: ln}
+	var opts []grpc.ServerOption
+	if cfg != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg)))
+	}
+	s := &Server{script: script, grpc: grpc.NewServer(opts...), ln: ln}
 	extprocv3.RegisterExternalProcessorServer(s.grpc, s)
 	go func() { _ = s.grpc.Serve(ln) }()
 	return s, nil
