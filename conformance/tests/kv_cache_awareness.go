@@ -1,0 +1,55 @@
+package tests
+
+import (
+	"github.com/eppkit/eppkit/conformance"
+	"github.com/eppkit/eppkit/fakes/vllm"
+)
+
+// Rule constants of KVCacheAwareness (SPEC §6).
+const (
+	// kvFull is the least KV-cache use pinned on the loaded endpoint, kvLowMax the most on others.
+	kvFull, kvLowMax = 0.95, 0.2
+	// kvRuleRate is the rule's bound on the loaded endpoint's share of new requests.
+	kvRuleRate = 0.05
+)
+
+func init() {
+	conformance.Register(conformance.ConformanceTest{
+		ShortName: "KVCacheAwareness",
+		Description: "An endpoint whose KV cache is nearly full (use ≥ 0.95 while every other endpoint's is ≤ 0.2) MUST receive " +
+			"at most 5% of new requests with unique prompts.",
+		Level:    conformance.LevelUpstream,
+		Profile:  conformance.ProfileEPPRouting,
+		Features: []conformance.Feature{conformance.FeatureKVCacheAwareness},
+		Preconditions: []string{"the EPP scrapes vllm:kv_cache_usage_perc from the model servers' /metrics (e.g. kv-cache-utilization-scorer)",
+			"the EPP observes new metrics within metricsPropagation"},
+		Source: "SPEC §3 kv-cache-utilization-scorer and §6 KVCacheAwareness (upstream v1.5.0 pkg/epp/scheduling/framework/plugins/scorer/kvcache_utilization.go)",
+		Run:    runKVCacheAwareness,
+	})
+}
+
+func runKVCacheAwareness(t conformance.TestingT, s *conformance.Suite) {
+	pool := requireEndpoints(t, s, 2)
+	r := s.Rand(t)
+	plan := conformance.MustPlan(t, conformance.Shape{
+		Outcome: "requests sent to the endpoint with the full KV cache", Tail: conformance.AtMost,
+		Compliant: conformance.Exploration, Random: 1 / float64(len(pool)), RuleRate: kvRuleRate,
+	})
+	loaded := pool[r.IntN(len(pool))]
+	mk := func() (string, []byte) {
+		return pathCompletions, completionBody(s.ModelName, uniquePrompt(s, t, r, 24), nil)
+	}
+	t.Cleanup(func() { restoreRouting(t, s, loaded, mk) })
+
+	pins := map[string]vllm.FakeMetrics{}
+	for _, a := range pool {
+		pins[a] = vllm.FakeMetrics{RunningRequests: 2, KVCacheUsage: kvLowMax * r.Float64()}
+	}
+	pins[loaded] = vllm.FakeMetrics{RunningRequests: 2, KVCacheUsage: kvFull + (1-kvFull)*r.Float64()}
+	pinAll(t, s, pins)
+	awaitObserved(t, s, "the full KV cache on "+loaded, mk, func(ep string) bool { return ep != loaded })
+
+	eps := sendAll(t, s, plan.N, func(int) (string, []byte) { return mk() })
+	t.Logf("loaded endpoint %s; picks: %v", loaded, histogram(eps))
+	plan.Check(t, s, count(eps, loaded), len(eps))
+}

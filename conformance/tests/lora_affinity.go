@@ -1,0 +1,58 @@
+package tests
+
+import (
+	"time"
+
+	"github.com/eppkit/eppkit/conformance"
+	"github.com/eppkit/eppkit/fakes/vllm"
+)
+
+func init() {
+	conformance.Register(conformance.ConformanceTest{
+		ShortName: "LoRAAffinity",
+		Description: "Requests for a LoRA adapter that is running on exactly one endpoint, which has capacity, MUST go to that " +
+			"endpoint.",
+		Level:    conformance.LevelUpstream,
+		Profile:  conformance.ProfileEPPRouting,
+		Features: []conformance.Feature{conformance.FeatureLoRAAffinity},
+		Preconditions: []string{"the EPP scores LoRA affinity from vllm:lora_requests_info (e.g. lora-affinity-scorer)",
+			"the EPP observes new metrics within metricsPropagation"},
+		Source: "SPEC §3 lora-affinity-scorer and §6 LoRAAffinity (upstream v1.5.0 pkg/epp/scheduling/framework/plugins/scorer/lora_affinity.go)",
+		Run:    runLoRAAffinity,
+	})
+}
+
+func runLoRAAffinity(t conformance.TestingT, s *conformance.Suite) {
+	pool := requireEndpoints(t, s, 2)
+	r := s.Rand(t)
+	plan := conformance.MustPlan(t, conformance.Shape{
+		Outcome: "adapter requests sent to the endpoint running the adapter", Tail: conformance.AtLeast,
+		Compliant: 1 - conformance.Exploration, Random: 1 / float64(len(pool)),
+	})
+	// The harness gives each member adapters whose names are unique across the fleet, so only
+	// this member serves the adapter (another member would answer 404). The fakes' adapter slots
+	// are all taken by the harness (max-cpu-loras), so the test uses one of them rather than
+	// loading a new one.
+	e := r.IntN(len(pool))
+	if len(s.LoRAAdapters) != len(pool) || len(s.LoRAAdapters[e]) == 0 {
+		t.Fatalf("precondition: the harness serves no LoRA adapter on member %d (adapters %v)", e, s.LoRAAdapters)
+	}
+	home, adapter := pool[e], s.LoRAAdapters[e][r.IntN(len(s.LoRAAdapters[e]))]
+
+	now := float64(time.Now().Unix())
+	pins := map[string]vllm.FakeMetrics{}
+	for _, a := range pool {
+		pins[a] = vllm.FakeMetrics{RunningRequests: 1, KVCacheUsage: 0.1, Loras: []vllm.LoraMetrics{{Timestamp: now}}}
+	}
+	pins[home] = vllm.FakeMetrics{RunningRequests: 1, KVCacheUsage: 0.1, Loras: []vllm.LoraMetrics{{Running: adapter, Timestamp: now}}}
+	pinAll(t, s, pins)
+	t.Logf("adapter %s runs on %s", adapter, home)
+
+	mk := func() (string, []byte) {
+		return pathCompletions, completionBody(adapter, uniquePrompt(s, t, r, 24), nil)
+	}
+	awaitObserved(t, s, "adapter "+adapter+" running on "+home, mk, func(ep string) bool { return ep == home })
+	eps := sendAll(t, s, plan.N, func(int) (string, []byte) { return mk() })
+	t.Logf("picks: %v", histogram(eps))
+	plan.Check(t, s, count(eps, home), len(eps))
+}
