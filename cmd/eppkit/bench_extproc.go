@@ -59,7 +59,10 @@ type extprocBenchReport struct {
 	ErrorKinds      map[string]int   `json:"error_kinds,omitempty"`
 	Dropped         int              `json:"dropped,omitempty"`
 	LatencyMs       latencySummaryMs `json:"latency_ms"`
-	Picks           map[string]int   `json:"picks,omitempty"`
+	// ServiceMs counts from when the decision actually started (open loop: the scheduled arrival
+	// may be earlier when the driver itself was late); equal to LatencyMs in closed loop.
+	ServiceMs latencySummaryMs `json:"service_ms"`
+	Picks     map[string]int   `json:"picks,omitempty"`
 }
 
 // latencySummaryMs holds decision latencies in milliseconds (exact, from every sample).
@@ -168,6 +171,7 @@ type benchRun struct {
 
 	mu      sync.Mutex
 	samples []time.Duration
+	service []time.Duration
 	errs    map[string]int
 	picks   map[string]int
 	dropped int
@@ -313,6 +317,7 @@ func (r *benchRun) body(n uint64) []byte {
 
 // decide runs one decision and records it when measuring.
 func (r *benchRun) decide(scheduled time.Time) {
+	started := time.Now()
 	n := r.seq.Add(1)
 	body := r.body(n)
 	req := extprocclient.Request{
@@ -336,6 +341,7 @@ func (r *benchRun) decide(scheduled time.Time) {
 		d, err = st.Exchange(r.ctx, req)
 	}
 	lat := time.Since(scheduled)
+	svc := time.Since(started)
 	if err == nil && d.Immediate == nil && r.o.Response {
 		_, err = st.Respond(r.ctx, extprocclient.Response{
 			Headers: []extprocclient.Header{{Key: ":status", Value: "200"}, {Key: "content-type", Value: "application/json"}},
@@ -371,6 +377,7 @@ func (r *benchRun) decide(scheduled time.Time) {
 		r.errs["no-pick"]++
 	default:
 		r.samples = append(r.samples, lat)
+		r.service = append(r.service, svc)
 		r.picks[strings.Split(d.Pick(), ",")[0]]++
 	}
 }
@@ -408,6 +415,7 @@ func (r *benchRun) report(elapsed time.Duration) *extprocBenchReport {
 		rep.DecisionsPerSec = float64(len(r.samples)) / elapsed.Seconds()
 	}
 	rep.LatencyMs = summarize(r.samples)
+	rep.ServiceMs = summarize(r.service)
 	return rep
 }
 
@@ -446,5 +454,9 @@ func printExtprocReport(w io.Writer, rep *extprocBenchReport) {
 	}
 	l := rep.LatencyMs
 	fmt.Fprintf(w, "latency ms  p50 %.3f  p90 %.3f  p99 %.3f  p99.9 %.3f  max %.3f  mean %.3f\n", l.P50, l.P90, l.P99, l.P999, l.Max, l.Mean)
+	if rep.TargetRate > 0 {
+		l = rep.ServiceMs
+		fmt.Fprintf(w, "service ms  p50 %.3f  p90 %.3f  p99 %.3f  p99.9 %.3f  max %.3f  mean %.3f  (from the actual start)\n", l.P50, l.P90, l.P99, l.P999, l.Max, l.Mean)
+	}
 	fmt.Fprintf(w, "distinct endpoints picked: %d\n", len(rep.Picks))
 }
