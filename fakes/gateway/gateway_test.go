@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/google/go-cmp/cmp"
 
@@ -415,4 +416,33 @@ func TestConfigErrors(t *testing.T) {
 		t.Error("ParseFailureMode accepted maybe")
 	}
 	_ = extprocclient.DefaultChunkSize
+}
+
+func TestResponseHeaderMutation(t *testing.T) {
+	a := newUpstream(t, "pod-a", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("x-drop-me", "1")
+		_, _ = w.Write([]byte("ok"))
+	})
+	epp := startEPP(t, extproctest.Script{
+		OnRequest: pickScript(a.addr(), nil, 0).OnRequest,
+		OnResponseHeaders: func(*extproctest.Seen) []*extprocv3.ProcessingResponse {
+			return []*extprocv3.ProcessingResponse{{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{
+				Response: &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{
+					SetHeaders: []*corev3.HeaderValueOption{
+						extproctest.HeaderOption("x-eppkit-profile", "default"),
+						extproctest.HeaderOption(gateway.DestinationHeader, a.addr()),
+					},
+					RemoveHeaders: []string{"x-drop-me"},
+				}},
+			}}}}
+		},
+	})
+	g := newGateway(t, gateway.Config{EPPAddress: epp.Addr()})
+	res, err := g.Do(context.Background(), &gateway.Request{Body: []byte(`{"model":"m"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Headers.Get("x-eppkit-profile") != "default" || res.Headers.Get("x-drop-me") != "" || res.Headers.Get(gateway.DestinationHeader) != "" || string(res.Body) != "ok" {
+		t.Errorf("client headers %v body %q: want x-eppkit-profile set, x-drop-me removed, no %s", res.Headers, res.Body, gateway.DestinationHeader)
+	}
 }
