@@ -312,12 +312,14 @@ func TestReportRoundTrip(t *testing.T) {
 		{ProfileEPP, confv1.ProfileReport{Name: "EPP", Summary: "Core tests succeeded.",
 			Core: confv1.Status{Result: confv1.Success, Statistics: confv1.Statistics{Passed: 2}}}},
 		{ProfileEPPRouting, confv1.ProfileReport{Name: "EPP-Routing",
-			Summary: "Core tests partially succeeded with 0 test skips. Extended tests failed with 1 test failures.",
-			Core:    confv1.Status{Result: confv1.Partial},
+			Summary: "No core tests in this profile. Extended tests failed with 1 test failures.",
+			Core:    confv1.Status{Result: confv1.Success},
 			Extended: &confv1.ExtendedStatus{
 				Status: confv1.Status{Result: confv1.Failure, Statistics: confv1.Statistics{Failed: 1, Skipped: 1},
 					SkippedTests: []string{"Queue"}, FailedTests: []string{"Prefix"}},
-				SupportedFeatures: []string{"PrefixCacheAffinity"}, UnsupportedFeatures: []string{"QueueAwareness"}}}},
+				SupportedFeatures: []string{"PrefixCacheAffinity"}, UnsupportedFeatures: []string{"OpenAIRequestParsing",
+					"QueueAwareness", "KVCacheAwareness", "LoRAAffinity", "PredictedLatency", "RequestShedding",
+					"EndpointChurn", "DataParallelRanks"}}}},
 	} {
 		t.Run(string(tc.p), func(t *testing.T) {
 			b, err := MarshalReport(BuildReport(tc.p, meta, res))
@@ -360,6 +362,7 @@ func TestReportRoundTrip(t *testing.T) {
 func TestSummary(t *testing.T) {
 	md := Summary(sampleMeta(), sampleResults())
 	for _, want := range []string{
+		"| EPP | PASS | 2 | 0 | 0 |\n| EPP-Routing | FAIL | 0 | 1 | 1 |\n",
 		"## Profile EPP: PASS — 2 passed, 0 failed, 0 skipped",
 		"## Profile EPP-Routing: FAIL — 0 passed, 1 failed, 1 skipped",
 		"- **Prefix** [PrefixCacheAffinity] — The EPP MUST do Prefix.",

@@ -101,11 +101,15 @@ func BuildReport(p Profile, meta ReportMeta, results []TestResult) ConformanceRe
 	core.Result = statusResult(core.Statistics)
 	pr := confv1.ProfileReport{Name: string(p), Core: core}
 	summary := fmt.Sprintf("Core tests %s.", resultWord(core))
+	if core.Statistics == (confv1.Statistics{}) {
+		summary = "No core tests in this profile."
+	}
 	if hasExt {
 		ext.Result = statusResult(ext.Statistics)
 		es := &confv1.ExtendedStatus{Status: ext}
+		// EPP-Routing is the feature profile: every feature belongs to it, tested yet or not.
 		for _, f := range AllFeatures {
-			if !used[f] {
+			if !used[f] && p != ProfileEPPRouting {
 				continue
 			}
 			if slices.Contains(meta.Selection.SupportedFeatures, f) && !slices.Contains(meta.Selection.ExemptFeatures, f) {
@@ -137,13 +141,13 @@ func BuildReport(p Profile, meta ReportMeta, results []TestResult) ConformanceRe
 	return rep
 }
 
-// statusResult follows gateway-api: failure if any test failed, partial if any was skipped (or
-// none ran), success otherwise.
+// statusResult follows gateway-api: failure if any test failed, partial if any was skipped,
+// success otherwise (also when the profile has no tests of that kind: nothing was left unmet).
 func statusResult(s confv1.Statistics) confv1.Result {
 	switch {
 	case s.Failed > 0:
 		return confv1.Failure
-	case s.Skipped > 0 || s.Passed == 0:
+	case s.Skipped > 0:
 		return confv1.Partial
 	default:
 		return confv1.Success

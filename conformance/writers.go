@@ -78,6 +78,11 @@ func Summary(meta ReportMeta, results []TestResult) string {
 	if len(meta.Selection.ExemptFeatures) > 0 {
 		fmt.Fprintf(&b, "- Exempt features: %s\n", featureList(meta.Selection.ExemptFeatures))
 	}
+	b.WriteString("\n| Profile | Verdict | Passed | Failed | Skipped |\n|---|---|---|---|---|\n")
+	for _, p := range meta.Selection.Profiles {
+		np, nf, ns := CountOutcomes(p, results)
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d |\n", p, Verdict(np, nf), np, nf, ns)
+	}
 	for _, p := range meta.Selection.Profiles {
 		var passed, failed, skipped []TestResult
 		for _, r := range results {
@@ -93,14 +98,8 @@ func Summary(meta ReportMeta, results []TestResult) string {
 				skipped = append(skipped, r)
 			}
 		}
-		verdict := "PASS"
-		switch {
-		case len(failed) > 0:
-			verdict = "FAIL"
-		case len(passed) == 0:
-			verdict = "NOTHING RAN"
-		}
-		fmt.Fprintf(&b, "\n## Profile %s: %s — %d passed, %d failed, %d skipped\n", p, verdict, len(passed), len(failed), len(skipped))
+		fmt.Fprintf(&b, "\n## Profile %s: %s — %d passed, %d failed, %d skipped\n", p, Verdict(len(passed), len(failed)),
+			len(passed), len(failed), len(skipped))
 		if len(failed) > 0 {
 			fmt.Fprintf(&b, "\n### Failed\n\n")
 			for _, r := range failed {
@@ -122,6 +121,36 @@ func Summary(meta ReportMeta, results []TestResult) string {
 		}
 	}
 	return b.String()
+}
+
+// CountOutcomes counts profile p's passed, failed and skipped tests.
+func CountOutcomes(p Profile, results []TestResult) (passed, failed, skipped int) {
+	for _, r := range results {
+		if r.Test.Profile != p {
+			continue
+		}
+		switch r.Outcome {
+		case Passed:
+			passed++
+		case Failed:
+			failed++
+		case Skipped:
+			skipped++
+		}
+	}
+	return passed, failed, skipped
+}
+
+// Verdict is a profile's one-word outcome: FAIL if any test failed, NOTHING RAN if none passed,
+// else PASS.
+func Verdict(passed, failed int) string {
+	switch {
+	case failed > 0:
+		return "FAIL"
+	case passed == 0:
+		return "NOTHING RAN"
+	}
+	return "PASS"
 }
 
 func featureSuffix(ct ConformanceTest) string {

@@ -269,22 +269,9 @@ func runConformance(cmd *cobra.Command, f conformanceFlags) error {
 	failed := 0
 	fmt.Fprintln(out)
 	for _, prof := range p.sel.Profiles {
-		var np, nf, ns int
-		for _, res := range results {
-			if res.Test.Profile != prof {
-				continue
-			}
-			switch res.Outcome {
-			case conformance.Passed:
-				np++
-			case conformance.Failed:
-				nf++
-			case conformance.Skipped:
-				ns++
-			}
-		}
+		np, nf, ns := conformance.CountOutcomes(prof, results)
 		failed += nf
-		fmt.Fprintf(out, "profile %-12s %d passed, %d failed, %d skipped\n", prof, np, nf, ns)
+		fmt.Fprintf(out, "profile %-12s %-11s %d passed, %d failed, %d skipped\n", prof, conformance.Verdict(np, nf), np, nf, ns)
 	}
 	if f.reportDir != "" {
 		files, err := conformance.WriteReports(f.reportDir, p.meta, results, start)
