@@ -151,7 +151,7 @@ func StartHarness(ctx context.Context, cfg HarnessConfig) (s *Suite, err error) 
 	}
 	env := TargetEnv{Eppkit: cfg.Eppkit, Endpoints: s.Source.Endpoints, GRPCPort: ports[0], HealthPort: ports[1],
 		MetricsPort: ports[2], Kubeconfig: s.Source.Kubeconfig, PoolName: s.Source.PoolName,
-		PoolNamespace: s.Source.PoolNamespace, ConfigFile: cfg.ConfigFile, LogDir: cfg.LogDir}
+		PoolNamespace: s.Source.PoolNamespace, ConfigFile: cfg.ConfigFile, LogDir: cfg.LogDir, Seed: cfg.Seed}
 	if env.ConfigFile != "" {
 		if abs, err := filepath.Abs(env.ConfigFile); err == nil {
 			env.ConfigFile = abs

@@ -24,7 +24,7 @@ import (
 
 // TargetEnv are the values a target is started with; a command target's template sees them as
 // {{.Eppkit}}, {{.Endpoints}}, {{.GRPCPort}}, {{.HealthPort}}, {{.MetricsPort}}, {{.Kubeconfig}},
-// {{.PoolName}}, {{.PoolNamespace}}, {{.ConfigFile}}.
+// {{.PoolName}}, {{.PoolNamespace}}, {{.ConfigFile}}, and {{.Seed}}.
 type TargetEnv struct {
 	// Eppkit is the absolute path of the running eppkit binary.
 	Eppkit string
@@ -37,6 +37,8 @@ type TargetEnv struct {
 	Kubeconfig, PoolName, PoolNamespace string
 	// ConfigFile is the EndpointPickerConfig file given with --config-file ("" = the target's default).
 	ConfigFile string
+	// Seed is the run's seed, for targets that take one (the reference's --seed).
+	Seed int64
 	// LogDir is where a command target writes its log (target.log).
 	LogDir string
 }
@@ -72,7 +74,7 @@ type Target interface {
 const ReferenceCommand = `{{.Eppkit}} reference-epp --grpc-port {{.GRPCPort}} --grpc-health-port {{.HealthPort}} --metrics-port {{.MetricsPort}}` +
 	`{{if .Endpoints}} --endpoints {{.Endpoints}}{{end}}` +
 	`{{if .Kubeconfig}} --kubeconfig {{.Kubeconfig}} --pool-name {{.PoolName}} --pool-namespace {{.PoolNamespace}}{{end}}` +
-	`{{if .ConfigFile}} --config-file {{.ConfigFile}}{{end}}`
+	`{{if .ConfigFile}} --config-file {{.ConfigFile}}{{end}} --seed {{.Seed}}`
 
 // TargetOptions are the flags a target factory may use.
 type TargetOptions struct {

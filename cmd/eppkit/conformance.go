@@ -77,7 +77,7 @@ every registered test of the selected profiles, printing each result as it finis
 
 Targets: reference (this binary's reference-epp), command (--command template, run as a process,
 killed at the end; fields {{.Eppkit}} {{.Endpoints}} {{.GRPCPort}} {{.HealthPort}} {{.MetricsPort}}
-{{.Kubeconfig}} {{.PoolName}} {{.PoolNamespace}} {{.ConfigFile}}), address (an already running EPP
+{{.Kubeconfig}} {{.PoolName}} {{.PoolNamespace}} {{.ConfigFile}} {{.Seed}}), address (an already running EPP
 at --address).
 
 Exit codes: 0 all tests that ran passed, 1 a test failed, 2 the harness or target could not start,
