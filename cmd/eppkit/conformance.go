@@ -17,7 +17,6 @@ import (
 	confv1 "sigs.k8s.io/gateway-api/conformance/apis/v1"
 
 	"github.com/eppkit/eppkit/conformance"
-	_ "github.com/eppkit/eppkit/conformance/tests" // registers every conformance test
 )
 
 // Exit codes of `eppkit conformance` (gateway-api style contract).
