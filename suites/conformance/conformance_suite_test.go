@@ -10,7 +10,9 @@
 //	go run github.com/onsi/ginkgo/v2/ginkgo --label-filter='conformance && EPP' ./suites/conformance
 //
 // Environment: EPPKIT_SEED (seed), EPPKIT_ENDPOINT_SOURCE (static | apiserver, default static),
-// EPPKIT_CONFIG_FILE (an EndpointPickerConfig for the reference), EPPKIT_BIN (a prebuilt eppkit
+// EPPKIT_CONFIG_FILE (an EndpointPickerConfig for the reference; default
+// manifests/epp-configs/lora-affinity.yaml, the defaults plus lora-affinity-scorer, since every
+// feature is claimed), EPPKIT_BIN (a prebuilt eppkit
 // binary instead of building one), EPPKIT_TIMEOUT_CONFIG (TimeoutConfig YAML).
 package conformance_test
 
@@ -32,6 +34,10 @@ import (
 
 // suiteLabel selects this suite.
 const suiteLabel = "conformance"
+
+// defaultConfigFile is the reference's config when EPPKIT_CONFIG_FILE is unset (relative to this
+// package's directory, where ginkgo runs the suite).
+const defaultConfigFile = "../../manifests/epp-configs/lora-affinity.yaml"
 
 func TestConformance(t *testing.T) {
 	gomega.RegisterFailHandler(ginkgo.Fail)
@@ -73,9 +79,13 @@ var _ = ginkgo.BeforeSuite(func(ctx context.Context) {
 	gomega.Expect(err).NotTo(gomega.HaveOccurred())
 	target, err := conformance.NewCommandTarget("reference", conformance.ReferenceCommand)
 	gomega.Expect(err).NotTo(gomega.HaveOccurred())
+	configFile := os.Getenv("EPPKIT_CONFIG_FILE")
+	if configFile == "" {
+		configFile = defaultConfigFile
+	}
 	seed := suiteSeed()
 	suite, err = conformance.StartHarness(context.Background(), conformance.HarnessConfig{
-		Target: target, Source: source, Eppkit: bin, ConfigFile: os.Getenv("EPPKIT_CONFIG_FILE"),
+		Target: target, Source: source, Eppkit: bin, ConfigFile: configFile,
 		LogDir: ginkgo.GinkgoT().TempDir(), Timeouts: timeouts, Seed: seed,
 		Logger: slog.New(slog.NewTextHandler(ginkgo.GinkgoWriter, nil)),
 	})
