@@ -28,10 +28,13 @@ suites:
 ## conformance: the main job (fleet + gateway + EPP + conformance tests + reports)
 # Runs every profile against the reference EPP (bin/eppkit reference-epp) with every feature claimed;
 # reports go to out/reports/. CONFORMANCE_SOURCE=apiserver discovers through a local kube-apiserver.
+# The reference's config is its defaults plus lora-affinity-scorer (it claims LoRAAffinity too).
 CONFORMANCE_SOURCE ?= static
+CONFORMANCE_CONFIG ?= manifests/epp-configs/lora-affinity.yaml
 CONFORMANCE_FLAGS  ?=
 conformance: build
 	./bin/eppkit conformance --target reference --endpoint-source $(CONFORMANCE_SOURCE) \
+		--config-file $(CONFORMANCE_CONFIG) \
 		--profiles all --all-features --report-output out/reports --log-dir out/conformance \
 		--organization eppkit --project reference-epp --url https://github.com/eppkit/eppkit \
 		--version $(VERSION) --contact https://github.com/eppkit/eppkit/issues $(CONFORMANCE_FLAGS)
