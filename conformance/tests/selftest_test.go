@@ -26,7 +26,7 @@ import (
 // server (extproctest): a uniform random picker that follows GIE proposal 004, and mutants that
 // each break one rule. Every test must pass the toy and fail each mutant aimed at it; that is
 // the proof that the tests can fail. (The routing tests are proved against the reference EPP with
-// random-picker configs in suites/conformance.)
+// random-picker config in suites/conformancecontrol.)
 
 // toyEPP is a uniform random picker over the pool speaking the protocol; mutant names one rule
 // it breaks ("" = none).
