@@ -446,3 +446,20 @@ func TestResponseHeaderMutation(t *testing.T) {
 		t.Errorf("client headers %v body %q: want x-eppkit-profile set, x-drop-me removed, no %s", res.Headers, res.Body, gateway.DestinationHeader)
 	}
 }
+
+func TestHeadersOnlyRequest(t *testing.T) {
+	a := newUpstream(t, "pod-a", nil)
+	epp := startEPP(t, pickScript(a.addr(), nil, 0))
+	g := newGateway(t, gateway.Config{EPPAddress: epp.Addr()})
+	res, err := g.Do(context.Background(), &gateway.Request{Path: "/v1/models"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := epp.Seen()
+	if res.Status != 200 || res.Endpoint != a.addr() || len(seen) != 1 || !seen[0].HeadersEOS || seen[0].BodyChunks != 0 || seen[0].Headers[":method"] != "GET" {
+		t.Fatalf("status %d endpoint %q; EPP saw %+v", res.Status, res.Endpoint, seen)
+	}
+	if got := a.requests(); len(got) != 1 || got[0].contentLength != 0 || got[0].path != "/v1/models" {
+		t.Errorf("upstream got %+v", got)
+	}
+}
