@@ -1,0 +1,34 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+func TestFakeGatewayFlagErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--mode", "fast"}, "--mode"},
+		{[]string{"--failure-mode", "maybe"}, "--failure-mode"},
+		{[]string{"--epp-tls", "tls"}, "--epp-tls"},
+		{[]string{"--epp", "127.0.0.1:1", "--body-chunk-size", "0"}, "--body-chunk-size"},
+		{[]string{"--epp", "127.0.0.1:1", "--message-timeout", "0s"}, "--message-timeout"},
+		{[]string{}, "EPPAddress"},
+		{[]string{"--mode", "round-robin"}, "Endpoints"},
+		{[]string{"--epp", "127.0.0.1:1", "--endpoints", "nope"}, "Endpoints"},
+		{[]string{"--epp", "127.0.0.1:1", "--listen", "256.0.0.1:1"}, "--listen"},
+	} {
+		cmd := newFakeGatewayCommand()
+		cmd.SetArgs(tc.args)
+		var out bytes.Buffer
+		cmd.SetOut(&out)
+		cmd.SetErr(&out)
+		err := cmd.Execute()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v, want one naming %s", tc.args, err, tc.want)
+		}
+	}
+}
