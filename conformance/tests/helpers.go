@@ -99,12 +99,15 @@ func openStream(t conformance.TestingT, s *conformance.Suite, c *extprocclient.C
 }
 
 // exchange runs the request phases of req on a new stream of c (one stream per HTTP request, as
-// Envoy does) and returns the EPP's answer, or fails the test on a stream error, a timeout or a
-// protocol violation.
+// Envoy does), closes the stream, and returns the EPP's answer; it fails the test on a stream
+// error, a timeout or a protocol violation.
 func exchange(t conformance.TestingT, s *conformance.Suite, c *extprocclient.Client, req extprocclient.Request) *extprocclient.Decision {
 	t.Helper()
-	st := openStream(t, s, c)
-	return exchangeOn(t, s, st, req)
+	d, err := tryExchange(s, c, req)
+	if err != nil {
+		t.Fatalf("ext_proc exchange with %s (%s): %v", s.TargetAddress, describe(req), err)
+	}
+	return d
 }
 
 // exchangeOn is exchange on an open stream.
