@@ -1,0 +1,126 @@
+package toolcache
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestSelectArtifacts(t *testing.T) {
+	k8s := Tools["k8s"]
+	tests := []struct {
+		name    string
+		opts    BuildOptions
+		want    []string
+		wantErr string
+	}{
+		{name: "default skips optional", want: []string{"kube-apiserver", "etcd"}},
+		{name: "all", opts: BuildOptions{All: true}, want: []string{"kube-apiserver", "etcd", "kube-controller-manager", "kube-scheduler"}},
+		{name: "only", opts: BuildOptions{Only: []string{"etcd", "kube-scheduler"}}, want: []string{"etcd", "kube-scheduler"}},
+		{name: "only unknown", opts: BuildOptions{Only: []string{"kubelet"}}, wantErr: `--only: tool k8s has no artifact "kubelet"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := selectArtifacts(k8s, tc.opts)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, a := range got {
+				names = append(names, a.Name)
+			}
+			if diff := cmp.Diff(tc.want, names); diff != "" {
+				t.Errorf("artifacts (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestCacheRootAndPath(t *testing.T) {
+	t.Setenv("EPPKIT_TOOLS_CACHE", "")
+	t.Setenv("XDG_CACHE_HOME", "/xdg")
+	if root, err := CacheRoot(); err != nil || root != "/xdg/eppkit" {
+		t.Fatalf("CacheRoot with XDG_CACHE_HOME = %q, %v; want /xdg/eppkit", root, err)
+	}
+	dir := t.TempDir()
+	t.Setenv("EPPKIT_TOOLS_CACHE", dir)
+
+	_, err := Path("k8s", "kube-apiserver")
+	if !errors.Is(err, ErrNotBuilt) || !strings.Contains(err.Error(), "eppkit tools build k8s --only kube-apiserver") {
+		t.Fatalf("Path of a missing binary: err = %v, want ErrNotBuilt naming the build command", err)
+	}
+	want := filepath.Join(dir, "k8s-v1.37.2", "kube-apiserver")
+	if err := os.MkdirAll(filepath.Dir(want), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(want, []byte("x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := Path("k8s", "kube-apiserver"); err != nil || got != want {
+		t.Fatalf("Path = %q, %v; want %q", got, err, want)
+	}
+	for _, tc := range []struct{ tool, artifact, wantErr string }{
+		{"nope", "x", `unknown tool "nope" (have gie, k8s)`},
+		{"k8s", "kubelet", `tool k8s has no artifact "kubelet"`},
+	} {
+		if _, err := Path(tc.tool, tc.artifact); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+			t.Errorf("Path(%q, %q) error = %v, want %q", tc.tool, tc.artifact, err, tc.wantErr)
+		}
+	}
+}
+
+func TestFindRepoRoot(t *testing.T) {
+	root, err := FindRepoRoot(".")
+	if err != nil {
+		t.Fatalf("FindRepoRoot from the package dir: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "tools", "k8s-v1.37.2", "go.mod")); err != nil {
+		t.Fatalf("root %s has no tools/k8s-v1.37.2/go.mod: %v", root, err)
+	}
+	if _, err := FindRepoRoot(t.TempDir()); err == nil || !strings.Contains(err.Error(), "--repo-root") {
+		t.Fatalf("FindRepoRoot outside a checkout: err = %v, want one naming --repo-root", err)
+	}
+}
+
+// TestBuildExtractsCRDs runs the real CRD extraction (go mod download of the pinned GIE module,
+// from the module cache or the proxy) into a temporary cache, then checks the skip path.
+func TestBuildExtractsCRDs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: needs the go command and the GIE module")
+	}
+	t.Setenv("EPPKIT_TOOLS_CACHE", t.TempDir())
+	root, err := FindRepoRoot(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Build(t.Context(), "gie", BuildOptions{RepoRoot: root, Only: []string{CRDsArtifact}})
+	if err != nil {
+		t.Fatalf("Build gie crds: %v", err)
+	}
+	if len(res) != 1 || res[0].Skipped {
+		t.Fatalf("results = %+v, want one fresh extraction", res)
+	}
+	for _, f := range []string{InferencePoolCRD, InferenceObjectiveCRD} {
+		b, err := os.ReadFile(filepath.Join(res[0].Path, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), "kind: CustomResourceDefinition") || !strings.Contains(string(b), "bundle-version: v1.5.0") {
+			t.Errorf("%s does not look like the v1.5.0 CRD", f)
+		}
+	}
+	res, err = Build(t.Context(), "gie", BuildOptions{RepoRoot: root, Only: []string{CRDsArtifact}})
+	if err != nil || len(res) != 1 || !res[0].Skipped {
+		t.Fatalf("second Build = %+v, %v; want skipped", res, err)
+	}
+}
