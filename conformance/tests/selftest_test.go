@@ -31,14 +31,15 @@ import (
 // toyEPP is a uniform random picker over the pool speaking the protocol; mutant names one rule
 // it breaks ("" = none).
 type toyEPP struct {
-	mutant string
-	pool   atomic.Pointer[[]string]
-	mu     sync.Mutex
-	rng    *rand.Rand
-	srv    *extproctest.Server
-	health *grpc.Server
-	hl     net.Listener
-	exited chan struct{}
+	mutant   string
+	pool     atomic.Pointer[[]string]
+	notReady sync.Map // addresses the source marked not ready
+	mu       sync.Mutex
+	rng      *rand.Rand
+	srv      *extproctest.Server
+	health   *grpc.Server
+	hl       net.Listener
+	exited   chan struct{}
 }
 
 // Mutants of toyEPP.
@@ -52,7 +53,26 @@ const (
 	mutRejectServed     = "reject-served"      // answers response phases carrying the served endpoint with 500
 	mutNoReadiness      = "no-readiness"       // health answers liveness only
 	mutRouteForeignHint = "route-foreign-hint" // a hint matching nothing falls back to the whole pool
+	mutIgnoreReadiness  = "ignore-readiness"   // keeps picking endpoints the source marked not ready
 )
+
+// toySource is an endpoint source that can mark endpoints not ready, as the apiserver source
+// does; the toy EPP it belongs to observes the change at once.
+type toySource struct{ epp *toyEPP }
+
+func (toySource) Name() string { return "toy" }
+func (toySource) Start(_ context.Context, addrs []string) (conformance.Env, error) {
+	return conformance.Env{Endpoints: strings.Join(addrs, ",")}, nil
+}
+func (ts toySource) SetReady(_ context.Context, addr string, ready bool) error {
+	if ready {
+		ts.epp.notReady.Delete(addr)
+	} else {
+		ts.epp.notReady.Store(addr, true)
+	}
+	return nil
+}
+func (toySource) Stop(context.Context) error { return nil }
 
 func (e *toyEPP) Name() string { return "toy-" + e.mutant }
 
@@ -92,6 +112,12 @@ func (e *toyEPP) Stop(time.Duration) error {
 
 func (e *toyEPP) onRequest(seen *extproctest.Seen) []*extprocv3.ProcessingResponse {
 	pool := *e.pool.Load()
+	if e.mutant != mutIgnoreReadiness {
+		pool = slices.DeleteFunc(slices.Clone(pool), func(a string) bool { _, out := e.notReady.Load(a); return out })
+		if len(pool) == 0 {
+			return []*extprocv3.ProcessingResponse{extproctest.Immediate(http.StatusServiceUnavailable, nil, []byte(`{"message":"no ready endpoint"}`))}
+		}
+	}
 	cands := pool
 	hint, present := extproctest.SubsetHint(seen.RequestMetadata)
 	if present && e.mutant != mutIgnoreSubset && !(e.mutant == mutRouteEmptySubset && len(hint) == 0) {
@@ -142,15 +168,25 @@ func (e *toyEPP) onResponseHeaders(seen *extproctest.Seen) []*extprocv3.Processi
 }
 
 // runAgainst starts a harness around the toy EPP with mutant and runs the named EPP-profile
-// tests, returning each one's result.
+// tests, returning each one's result. The endpoint source is static unless withReadiness, when
+// it is a toySource that can mark endpoints not ready (so the readiness halves of the tests run).
 func runAgainst(t *testing.T, mutant string, names ...string) map[string]conformance.TestResult {
+	return runAgainstSource(t, mutant, false, names...)
+}
+
+func runAgainstSource(t *testing.T, mutant string, withReadiness bool, names ...string) map[string]conformance.TestResult {
 	t.Helper()
 	to := conformance.DefaultTimeoutConfig()
 	to.TestTimeout = conformance.Duration(time.Minute)
 	to.EndpointChange = conformance.Duration(2 * time.Second)
 	to.Request = conformance.Duration(2 * time.Second)
+	epp := &toyEPP{mutant: mutant}
+	var source conformance.EndpointSource = conformance.StaticSource{}
+	if withReadiness {
+		source = toySource{epp: epp}
+	}
 	s, err := conformance.StartHarness(context.Background(), conformance.HarnessConfig{
-		Target: &toyEPP{mutant: mutant}, Source: conformance.StaticSource{}, Seed: 7, Timeouts: to, FleetSize: 4,
+		Target: epp, Source: source, Seed: 7, Timeouts: to, FleetSize: 4,
 	})
 	if err != nil {
 		t.Fatalf("StartHarness: %v", err)
@@ -186,6 +222,23 @@ func TestEPPProfileAgainstToyEPP(t *testing.T) {
 			if res.Outcome != conformance.Passed {
 				t.Errorf("%s: %s against the compliant toy EPP:\n%s", name, res.Outcome, res.Log)
 			}
+		}
+	})
+	readinessTests := []string{"EPPPickIsReadyEndpoint", "EPPNoEligibleEndpoint503"}
+	t.Run("compliant toy passes the readiness halves", func(t *testing.T) {
+		for name, res := range runAgainstSource(t, "", true, readinessTests...) {
+			if res.Outcome != conformance.Passed || strings.Contains(res.Log, "half not run") {
+				t.Errorf("%s: %s against the compliant toy EPP with a readiness source (the not-ready half must run):\n%s", name, res.Outcome, res.Log)
+			}
+		}
+	})
+	t.Run(mutIgnoreReadiness, func(t *testing.T) {
+		for name, res := range runAgainstSource(t, mutIgnoreReadiness, true, readinessTests...) {
+			if res.Outcome != conformance.Failed {
+				t.Errorf("%s passed against the %s mutant; it must fail. Log:\n%s", name, mutIgnoreReadiness, res.Log)
+				continue
+			}
+			t.Logf("%s fails against %s as it must: %s", name, mutIgnoreReadiness, firstLineOf(res.Message))
 		}
 	})
 	for _, tc := range []struct {
