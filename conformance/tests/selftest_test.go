@@ -54,6 +54,7 @@ const (
 	mutNoReadiness      = "no-readiness"       // health answers liveness only
 	mutRouteForeignHint = "route-foreign-hint" // a hint matching nothing falls back to the whole pool
 	mutIgnoreReadiness  = "ignore-readiness"   // keeps picking endpoints the source marked not ready
+	mutEchoInputHeaders = "echo-input-headers" // sets the x-gateway-* input headers back onto the request
 )
 
 // toySource is an endpoint source that can mark endpoints not ready, as the apiserver source
@@ -149,7 +150,16 @@ func (e *toyEPP) onRequest(seen *extproctest.Seen) []*extprocv3.ProcessingRespon
 	case e.mutant == mutNoPick && n < 3:
 		pick = ""
 	}
-	out := extproctest.PickResponses(pick, nil, seen.Body, 0, !seen.HeadersEOS)
+	var extra map[string]string
+	if e.mutant == mutEchoInputHeaders {
+		extra = map[string]string{}
+		for k, v := range seen.Headers {
+			if strings.HasPrefix(k, "x-gateway-") {
+				extra[k] = v
+			}
+		}
+	}
+	out := extproctest.PickResponses(pick, extra, seen.Body, 0, !seen.HeadersEOS)
 	if e.mutant == mutMetadataDiffers && n < 5 {
 		out[0].DynamicMetadata = &structpb.Struct{Fields: map[string]*structpb.Value{
 			"envoy.lb": structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
@@ -194,14 +204,15 @@ func runAgainstSource(t *testing.T, mutant string, withReadiness bool, names ...
 	defer s.Close()
 	out := map[string]conformance.TestResult{}
 	for _, name := range names {
-		r := conformance.Runner{Suite: s, Selection: conformance.Selection{Profiles: []conformance.Profile{conformance.ProfileEPP}, RunTest: name}}
+		r := conformance.Runner{Suite: s, Selection: conformance.Selection{Profiles: conformance.Profiles,
+			SupportedFeatures: conformance.AllFeatures, RunTest: name}}
 		for _, res := range r.Run(conformance.All()) {
 			if res.Test.ShortName == name {
 				out[name] = res
 			}
 		}
 		if _, ok := out[name]; !ok {
-			t.Fatalf("test %s is not registered in the EPP profile", name)
+			t.Fatalf("test %s is not registered", name)
 		}
 	}
 	return out
@@ -217,6 +228,9 @@ func TestEPPProfileAgainstToyEPP(t *testing.T) {
 			eppTests = append(eppTests, ct.ShortName)
 		}
 	}
+	// The toy does not parse bodies, but it routes headers-only requests and leaves input
+	// headers alone, so these two OpenAIRequestParsing tests apply to it as well.
+	eppTests = append(eppTests, "OpenAIHeadersOnlyPick", "OpenAIInputHeadersNotEchoed")
 	t.Run("compliant toy passes every EPP test", func(t *testing.T) {
 		for name, res := range runAgainst(t, "", eppTests...) {
 			if res.Outcome != conformance.Passed {
@@ -255,6 +269,7 @@ func TestEPPProfileAgainstToyEPP(t *testing.T) {
 		{mutOutsidePool, []string{"EPPPickIsReadyEndpoint"}, "not a ready endpoint of the pool"},
 		{mutRejectServed, []string{"EPPServedEndpointMetadata"}, "ImmediateResponse 500"},
 		{mutNoReadiness, []string{"EPPHealth"}, "readiness"},
+		{mutEchoInputHeaders, []string{"OpenAIInputHeadersNotEchoed"}, "set the input header"},
 	} {
 		t.Run(tc.mutant, func(t *testing.T) {
 			for name, res := range runAgainst(t, tc.mutant, tc.failing...) {
