@@ -6,7 +6,7 @@ SUITES    := $(wildcard suites/*/)
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 GINKGO_FLAGS ?=
 
-.PHONY: all build test unit suites conformance conformance-upstream tools lint bench clean
+.PHONY: all build test unit suites conformance conformance-upstream catalogue tools lint bench clean
 
 all: build
 
@@ -68,6 +68,10 @@ conformance-upstream: build
 		--contact https://github.com/kubernetes-sigs/gateway-api-inference-extension/issues $(UPSTREAM_FLAGS); \
 	rc=$$?; echo "conformance-upstream: eppkit conformance exited $$rc (0 all passed, 1 some tests failed: informational)"; \
 	if [ $$rc -ge 2 ]; then exit $$rc; fi
+
+## catalogue: regenerate reports/CATALOGUE.md from the conformance test registry
+catalogue:
+	$(GO) run ./cmd/eppkit conformance catalogue -o reports/CATALOGUE.md
 
 ## lint: go vet and a gofmt check
 lint:

@@ -109,3 +109,15 @@ func TestCatalogueCommand(t *testing.T) {
 		t.Fatal("catalogue file differs from conformance.Catalogue(All())")
 	}
 }
+
+// TestCatalogueUpToDate keeps the committed catalogue equal to the registry: after adding or
+// changing a test, run `make catalogue`.
+func TestCatalogueUpToDate(t *testing.T) {
+	b, err := os.ReadFile("../../reports/CATALOGUE.md")
+	if err != nil {
+		t.Fatalf("read reports/CATALOGUE.md: %v (run make catalogue)", err)
+	}
+	if string(b) != conformance.Catalogue(conformance.All()) {
+		t.Fatal("reports/CATALOGUE.md is out of date with the conformance registry: run `make catalogue` and commit it")
+	}
+}
