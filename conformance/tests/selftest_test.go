@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/eppkit/eppkit/conformance"
+	"github.com/eppkit/eppkit/fakes/gateway/extprocclient"
 	"github.com/eppkit/eppkit/fakes/gateway/extprocclient/extproctest"
 )
 
@@ -55,6 +56,8 @@ const (
 	mutRouteForeignHint = "route-foreign-hint" // a hint matching nothing falls back to the whole pool
 	mutIgnoreReadiness  = "ignore-readiness"   // keeps picking endpoints the source marked not ready
 	mutEchoInputHeaders = "echo-input-headers" // sets the x-gateway-* input headers back onto the request
+	mutOneBodyChunk     = "one-body-chunk"     // returns the request body in one chunk whatever its size
+	mutNoBodyParsing    = "no-body-parsing"    // the toy never parses bodies; named so the table can say so
 )
 
 // toySource is an endpoint source that can mark endpoints not ready, as the apiserver source
@@ -159,7 +162,11 @@ func (e *toyEPP) onRequest(seen *extproctest.Seen) []*extprocv3.ProcessingRespon
 			}
 		}
 	}
-	out := extproctest.PickResponses(pick, extra, seen.Body, 0, !seen.HeadersEOS)
+	chunk := extprocclient.MaxStreamedChunk
+	if e.mutant == mutOneBodyChunk {
+		chunk = 0
+	}
+	out := extproctest.PickResponses(pick, extra, seen.Body, chunk, !seen.HeadersEOS)
 	if e.mutant == mutMetadataDiffers && n < 5 {
 		out[0].DynamicMetadata = &structpb.Struct{Fields: map[string]*structpb.Value{
 			"envoy.lb": structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
@@ -230,8 +237,8 @@ func TestEPPProfileAgainstToyEPP(t *testing.T) {
 	}
 	// The toy does not parse bodies, but it routes headers-only requests and leaves input
 	// headers alone, so these two OpenAIRequestParsing tests apply to it as well.
-	eppTests = append(eppTests, "OpenAIHeadersOnlyPick", "OpenAIInputHeadersNotEchoed")
-	t.Run("compliant toy passes every EPP test", func(t *testing.T) {
+	eppTests = append(eppTests, "OpenAIHeadersOnlyPick", "OpenAIInputHeadersNotEchoed", "OpenAILargeBodyChunked")
+	t.Run("compliant toy passes every test that applies to it", func(t *testing.T) {
 		for name, res := range runAgainst(t, "", eppTests...) {
 			if res.Outcome != conformance.Passed {
 				t.Errorf("%s: %s against the compliant toy EPP:\n%s", name, res.Outcome, res.Log)
@@ -270,6 +277,8 @@ func TestEPPProfileAgainstToyEPP(t *testing.T) {
 		{mutRejectServed, []string{"EPPServedEndpointMetadata"}, "ImmediateResponse 500"},
 		{mutNoReadiness, []string{"EPPHealth"}, "readiness"},
 		{mutEchoInputHeaders, []string{"OpenAIInputHeadersNotEchoed"}, "set the input header"},
+		{mutOneBodyChunk, []string{"OpenAILargeBodyChunked"}, "above the 62000-byte limit"},
+		{mutNoBodyParsing, []string{"OpenAIBadRequest400", "ReferenceStreamSurvivesRefusal"}, "want ImmediateResponse 400"},
 	} {
 		t.Run(tc.mutant, func(t *testing.T) {
 			for name, res := range runAgainst(t, tc.mutant, tc.failing...) {
