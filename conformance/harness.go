@@ -169,10 +169,12 @@ func StartHarness(ctx context.Context, cfg HarnessConfig) (s *Suite, err error) 
 	start := time.Now()
 	if err := WaitReady(ctx, cfg.Target, addrs, cfg.TargetTLS, cfg.ModelName, s.Endpoints(),
 		cfg.Timeouts.TargetReady.D(), cfg.Timeouts.Poll.D()*4); err != nil {
-		if lt, ok := cfg.Target.(interface{ LogTail(int) string }); ok {
+		if lt, ok := cfg.Target.(interface {
+			LogTail(int) string
+			LogPath() string
+		}); ok {
 			if tail := lt.LogTail(20); tail != "" {
-				err = fmt.Errorf("%w\n--- last lines of the target log (%s) ---\n%s", err,
-					cfg.Target.(interface{ LogPath() string }).LogPath(), tail)
+				err = fmt.Errorf("%w\n--- last lines of the target log (%s) ---\n%s", err, lt.LogPath(), tail)
 			}
 		}
 		return s, &HarnessError{Stage: "readiness", Err: err}
@@ -198,6 +200,27 @@ func (s *Suite) ExtProc(t TestingT) *extprocclient.Client {
 	c.MessageTimeout = s.Timeouts.Request.D()
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// TargetExited returns nil while the target runs (or is not a process), else an error with its
+// exit reason and the end of its log. A nil Suite has no target.
+func (s *Suite) TargetExited() error {
+	if s == nil || s.target == nil || !s.targetStarted {
+		return nil
+	}
+	select {
+	case <-s.target.Exited():
+	default:
+		return nil
+	}
+	msg := fmt.Sprintf("target %s exited during the run: %v", s.target.Name(), s.target.ExitErr())
+	if lt, ok := s.target.(interface {
+		LogTail(int) string
+		LogPath() string
+	}); ok {
+		msg += fmt.Sprintf("\n--- last lines of the target log (%s) ---\n%s", lt.LogPath(), lt.LogTail(20))
+	}
+	return errors.New(msg)
 }
 
 // SetEndpointReady marks a pool member ready or not through the endpoint source (EndpointChurn).

@@ -506,3 +506,27 @@ func TestRegisterAll(t *testing.T) {
 	}()
 	Register(fakeTest(name, ProfileReference, LevelEppkit))
 }
+
+func TestRunnerTargetDied(t *testing.T) {
+	c, err := NewCommandTarget("command", `echo dying words; exit 4`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Start(t.Context(), TargetEnv{LogDir: t.TempDir()}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-c.Exited():
+	case <-time.After(5 * time.Second):
+		t.Fatal("target did not exit")
+	}
+	s := &Suite{Timeouts: DefaultTimeoutConfig(), target: c, targetStarted: true}
+	ran := false
+	r := &Runner{Suite: s, Selection: Selection{Profiles: []Profile{ProfileEPP}}}
+	res := r.Run([]ConformanceTest{{ShortName: "Any", Profile: ProfileEPP, Level: LevelMUST,
+		Run: func(TestingT, *Suite) { ran = true }}})
+	if ran || res[0].Outcome != Failed || !strings.Contains(res[0].Message, "exited during the run") ||
+		!strings.Contains(res[0].Message, "dying words") {
+		t.Fatalf("ran=%v result %+v", ran, res[0])
+	}
+}

@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"runtime"
@@ -21,6 +22,8 @@ type Runner struct {
 	Selection Selection
 	// Progress receives one line per finished test ("PASS  EPP/ShortName (1.2s)"); nil = none.
 	Progress io.Writer
+	// Context, when set and done (Ctrl-C), makes the remaining tests skipped as interrupted.
+	Context context.Context
 }
 
 // Run runs the tests of the selected profiles in order and returns their results (tests of
@@ -34,6 +37,11 @@ func (r *Runner) Run(tests []ConformanceTest) []TestResult {
 		var res TestResult
 		if reason := r.Selection.SkipReason(ct); reason != "" {
 			res = TestResult{Test: ct, Outcome: Skipped, Message: reason, Start: time.Now()}
+		} else if r.Context != nil && r.Context.Err() != nil {
+			res = TestResult{Test: ct, Outcome: Skipped, Message: "run interrupted", Start: time.Now()}
+		} else if err := r.Suite.TargetExited(); err != nil {
+			// A dead target fails every remaining test with the reason, not with a dial error.
+			res = TestResult{Test: ct, Outcome: Failed, Message: err.Error(), Start: time.Now()}
 		} else {
 			res = r.runOne(ct)
 		}

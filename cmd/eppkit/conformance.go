@@ -262,7 +262,7 @@ func runConformance(cmd *cobra.Command, f conformanceFlags) error {
 			suite.Endpoints(), suite.TargetAddress)
 	}
 
-	r := &conformance.Runner{Suite: suite, Selection: p.sel, Progress: out}
+	r := &conformance.Runner{Suite: suite, Selection: p.sel, Progress: out, Context: ctx}
 	results := r.Run(tests)
 
 	failed := 0
