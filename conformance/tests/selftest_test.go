@@ -58,6 +58,7 @@ const (
 	mutEchoInputHeaders = "echo-input-headers" // sets the x-gateway-* input headers back onto the request
 	mutOneBodyChunk     = "one-body-chunk"     // returns the request body in one chunk whatever its size
 	mutNoBodyParsing    = "no-body-parsing"    // the toy never parses bodies; named so the table can say so
+	mutNeedsBody        = "needs-body"         // refuses requests without a body with 400
 )
 
 // toySource is an endpoint source that can mark endpoints not ready, as the apiserver source
@@ -115,6 +116,9 @@ func (e *toyEPP) Stop(time.Duration) error {
 }
 
 func (e *toyEPP) onRequest(seen *extproctest.Seen) []*extprocv3.ProcessingResponse {
+	if e.mutant == mutNeedsBody && seen.HeadersEOS {
+		return []*extprocv3.ProcessingResponse{extproctest.Immediate(http.StatusBadRequest, nil, []byte(`{"message":"no body"}`))}
+	}
 	pool := *e.pool.Load()
 	if e.mutant != mutIgnoreReadiness {
 		pool = slices.DeleteFunc(slices.Clone(pool), func(a string) bool { _, out := e.notReady.Load(a); return out })
@@ -278,6 +282,7 @@ func TestEPPProfileAgainstToyEPP(t *testing.T) {
 		{mutNoReadiness, []string{"EPPHealth"}, "readiness"},
 		{mutEchoInputHeaders, []string{"OpenAIInputHeadersNotEchoed"}, "set the input header"},
 		{mutOneBodyChunk, []string{"OpenAILargeBodyChunked"}, "above the 62000-byte limit"},
+		{mutNeedsBody, []string{"OpenAIHeadersOnlyPick"}, "refused a valid request"},
 		{mutNoBodyParsing, []string{"OpenAIBadRequest400", "ReferenceStreamSurvivesRefusal"}, "want ImmediateResponse 400"},
 	} {
 		t.Run(tc.mutant, func(t *testing.T) {
