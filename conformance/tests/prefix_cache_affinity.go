@@ -38,9 +38,9 @@ func runPrefixCacheAffinity(t conformance.TestingT, s *conformance.Suite) {
 		Outcome: "follow-up requests sent to the endpoint that served their prefix", Tail: conformance.AtLeast,
 		Compliant: 1 - conformance.Exploration, Random: 1 / float64(len(pool)),
 	})
-	words := func(min int) string {
+	words := func(atLeast int) string {
 		var b strings.Builder
-		for b.Len() < min {
+		for b.Len() < atLeast {
 			b.WriteString(vocabulary[r.IntN(len(vocabulary))])
 			b.WriteByte(' ')
 		}
