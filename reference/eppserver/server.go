@@ -288,6 +288,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		close(errs)
 		s.err = <-errs
 		cancel()
+		logger.Info("stopped")
 		close(s.done)
 	}()
 	ok = true
