@@ -10,7 +10,9 @@ import (
 // EndpointMetadata identifies one model-server endpoint of the pool: a pod (or one data-parallel
 // rank of a pod) at Address:Port.
 type EndpointMetadata struct {
-	// Namespace and Name of the pod; Name carries a "-rank-N" suffix for data-parallel ranks > 0.
+	// Namespace and Name of the endpoint. From an InferencePool, Name is "<pod>-rank-<i>" for
+	// target port i, rank 0 included (upstream v1.5.0 pkg/epp/datastore/datastore.go); a static
+	// endpoint is named by its "ip:port".
 	Namespace string
 	Name      string
 	// PodName is the pod's name without a rank suffix.
