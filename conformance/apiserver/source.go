@@ -1,0 +1,76 @@
+package apiserver
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/eppkit/eppkit/conformance"
+)
+
+// Source is the "apiserver" conformance.EndpointSource: Start brings up a control plane holding
+// the pool (see Start), SetReady flips a Pod's Ready condition, Stop tears it all down.
+// cmd/eppkit registers it with conformance.RegisterEndpointSource("apiserver", ...).
+type Source struct {
+	// Options are the template for Start; Endpoints is replaced by Start's addrs.
+	Options Options
+
+	mu  sync.Mutex
+	env *Env
+}
+
+var _ conformance.EndpointSource = (*Source)(nil)
+
+// NewSource returns a Source that starts with opts (Endpoints ignored).
+func NewSource(opts Options) *Source { return &Source{Options: opts} }
+
+// Name implements conformance.EndpointSource.
+func (*Source) Name() string { return "apiserver" }
+
+// Start implements conformance.EndpointSource: it starts the control plane with an InferencePool
+// and one Ready Pod per addr and returns the kubeconfig path and the pool's name and namespace.
+// A second Start before Stop is an error.
+func (s *Source) Start(ctx context.Context, addrs []string) (conformance.Env, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.env != nil {
+		return conformance.Env{}, errors.New("apiserver endpoint source: already started")
+	}
+	opts := s.Options
+	opts.Endpoints = addrs
+	env, err := Start(ctx, opts)
+	if err != nil {
+		return conformance.Env{}, err
+	}
+	s.env = env
+	return conformance.Env{Kubeconfig: env.KubeconfigPath, PoolName: env.PoolName, PoolNamespace: env.PoolNamespace}, nil
+}
+
+// SetReady implements conformance.EndpointSource (Env.SetReady).
+func (s *Source) SetReady(ctx context.Context, addr string, ready bool) error {
+	env := s.Env()
+	if env == nil {
+		return errors.New("apiserver endpoint source: SetReady before Start")
+	}
+	return env.SetReady(ctx, addr, ready)
+}
+
+// Env is the running environment (nil before Start and after Stop), for tests that need more
+// than the interface: DeletePod, AddPod, PutObjective, the clients, LogTail.
+func (s *Source) Env() *Env {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.env
+}
+
+// Stop implements conformance.EndpointSource: it stops kube-apiserver and etcd.
+func (s *Source) Stop(context.Context) error {
+	s.mu.Lock()
+	env := s.env
+	s.env = nil
+	s.mu.Unlock()
+	if env == nil {
+		return nil
+	}
+	return env.Stop()
+}
