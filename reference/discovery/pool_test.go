@@ -428,3 +428,20 @@ func TestRestConfig(t *testing.T) {
 		t.Errorf("~/.kube/config: host %v, err %v", c, err)
 	}
 }
+
+func TestInferencePoolSourceUnreachableAPIServer(t *testing.T) {
+	// Port 1 on loopback: nothing listens, the connection is refused at once.
+	src, err := NewInferencePool(PoolConfig{RestConfig: &rest.Config{Host: "http://127.0.0.1:1"}, Name: "p", Namespace: "n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = src.Start(ctx)
+	if err == nil || !strings.Contains(err.Error(), "watch InferencePool") {
+		t.Fatalf("Start error = %v, want one saying the InferencePool watch failed", err)
+	}
+	if src.Synced() {
+		t.Error("Synced without an API server")
+	}
+}
