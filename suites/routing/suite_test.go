@@ -22,9 +22,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"slices"
 	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -38,8 +36,8 @@ import (
 	"github.com/eppkit/eppkit/fakes/gateway/extprocclient"
 	"github.com/eppkit/eppkit/fakes/vllm"
 	"github.com/eppkit/eppkit/reference/datalayer"
+	"github.com/eppkit/eppkit/reference/discovery"
 	"github.com/eppkit/eppkit/reference/eppserver"
-	"github.com/eppkit/eppkit/reference/framework"
 )
 
 // Names, sizes and bounds of the suite.
@@ -60,7 +58,8 @@ const (
 	staleThreshold = 5 * time.Second
 	// waitTimeout bounds every wait for a server or a condition.
 	waitTimeout = 20 * time.Second
-	// sheddableObjective is the InferenceObjective with priority -1 the suite's source knows.
+	// sheddableObjective is the InferenceObjective given priority -1 (sheddable) in the static
+	// discovery source.
 	sheddableObjective = "batch"
 	// rpcTimeout bounds one ext_proc exchange.
 	rpcTimeout = 10 * time.Second
@@ -124,7 +123,8 @@ func startEnv(queues [fleetSize]int) *env {
 	for i, m := range f.Members() {
 		addrs[i] = m.Addr()
 	}
-	src := newStaticSource(f)
+	src, err := discovery.NewStatic(addrs, map[string]int{sheddableObjective: -1})
+	gomega.Expect(err).NotTo(gomega.HaveOccurred())
 	logger := slog.New(slog.NewTextHandler(ginkgo.GinkgoWriter, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	col, err := datalayer.New(datalayer.Config{Interval: scrapeInterval, StaleThreshold: staleThreshold, Timeout: scrapeTimeout,
 		Names: datalayer.DefaultMetricNames(), Logger: logger})
@@ -193,36 +193,4 @@ func completion(nonce string, extra map[string]string) extprocclient.Request {
 		Headers: extprocclient.RequestHeaders("POST", "/v1/completions", "gateway.local", body, extra),
 		Body:    body,
 	}
-}
-
-// staticSource is the suite's endpoint source: the fleet's members, synced from the start. (The
-// command wires reference/discovery's static source; the suite keeps its own so that it tests
-// the EPP's routing, not discovery.)
-type staticSource struct {
-	eps    []*framework.EndpointMetadata
-	synced atomic.Bool
-}
-
-func newStaticSource(f *fleet.Fleet) *staticSource {
-	s := &staticSource{}
-	for _, m := range f.Members() {
-		s.eps = append(s.eps, &framework.EndpointMetadata{Namespace: fleet.DefaultNamespace, Name: m.Config().PodName,
-			PodName: m.Config().PodName, Address: m.Host, Port: m.Port})
-	}
-	return s
-}
-
-func (s *staticSource) Start(context.Context) error { s.synced.Store(true); return nil }
-func (s *staticSource) Synced() bool                { return s.synced.Load() }
-func (s *staticSource) Endpoints() []*framework.EndpointMetadata {
-	return slices.Clone(s.eps)
-}
-func (s *staticSource) Subscribe(func(added, removed []*framework.EndpointMetadata)) {}
-
-// Priority knows one InferenceObjective, "batch", sheddable (priority -1).
-func (s *staticSource) Priority(name string) (int, bool) {
-	if name == sheddableObjective {
-		return -1, true
-	}
-	return 0, false
 }
