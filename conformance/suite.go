@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/eppkit/eppkit/fakes/fleet"
@@ -49,8 +50,9 @@ type Suite struct {
 	// Source is the endpoint source's environment for this run.
 	Source Env
 
-	nonce atomic.Uint64
-	http  *http.Client
+	nonce    atomic.Uint64
+	httpOnce sync.Once
+	http     *http.Client
 
 	target        Target
 	source        EndpointSource
@@ -93,9 +95,7 @@ func (s *Suite) Nonce(t TestingT) string {
 }
 
 func (s *Suite) httpClient() *http.Client {
-	if s.http == nil {
-		s.http = &http.Client{Timeout: s.Timeouts.Request.D()}
-	}
+	s.httpOnce.Do(func() { s.http = &http.Client{Timeout: s.Timeouts.Request.D()} })
 	return s.http
 }
 
