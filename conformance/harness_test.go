@@ -1,0 +1,83 @@
+package conformance
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/eppkit/eppkit/fakes/fleet"
+	"github.com/eppkit/eppkit/fakes/vllm"
+)
+
+func TestStartHarnessTargetNeverReady(t *testing.T) {
+	target, err := NewCommandTarget("command", `echo listening nowhere; sleep 30`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := DefaultTimeoutConfig()
+	to.TargetReady = Duration(time.Second)
+	start := time.Now()
+	s, err := StartHarness(t.Context(), HarnessConfig{Target: target, Source: StaticSource{}, LogDir: t.TempDir(),
+		Timeouts: to, Seed: 1, FleetSize: 2})
+	var he *HarnessError
+	if s != nil || !errors.As(err, &he) || he.Stage != "readiness" {
+		t.Fatalf("StartHarness = %v, %v; want a readiness HarnessError", s, err)
+	}
+	for _, want := range []string{"not ready within 1s", "gRPC health SERVING", "listening nowhere"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q: %v", want, err)
+		}
+	}
+	if d := time.Since(start); d > 15*time.Second {
+		t.Errorf("gave up after %s", d)
+	}
+	select {
+	case <-target.Exited(): // Close stopped it
+	case <-time.After(5 * time.Second):
+		t.Error("the target still runs after a failed start")
+	}
+}
+
+func TestPinMetrics(t *testing.T) {
+	base := vllm.DefaultConfig()
+	base.Model = "m"
+	f, err := fleet.Start(fleet.Options{Count: 2, Base: base, DistinctPorts: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	s := &Suite{Fleet: f, Timeouts: DefaultTimeoutConfig()}
+	addr := s.Endpoints()[1]
+	pinned := func() *vllm.FakeMetrics {
+		resp, err := http.Get("http://" + addr + "/admin/config")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var ac vllm.AdminConfig
+		if err := json.NewDecoder(resp.Body).Decode(&ac); err != nil {
+			t.Fatal(err)
+		}
+		return ac.FakeMetrics
+	}
+	rt := &runT{name: "PinMetricsProbe"}
+	s.PinMetrics(rt, addr, vllm.FakeMetrics{WaitingRequests: 25, KVCacheUsage: 0.97})
+	if got := pinned(); got == nil || got.WaitingRequests != 25 || got.KVCacheUsage != 0.97 {
+		t.Fatalf("pinned = %+v", got)
+	}
+	rt.runCleanups()
+	if got := pinned(); got != nil || rt.Failed() {
+		t.Fatalf("after cleanup pinned = %+v, failed=%v (%s)", got, rt.Failed(), rt.log.String())
+	}
+	// An address outside the fleet fails the test (Fatalf ends the goroutine).
+	rt2 := &runT{name: "Outside"}
+	done := make(chan struct{})
+	go func() { defer close(done); s.PinMetrics(rt2, "10.9.9.9:1", vllm.FakeMetrics{}) }()
+	<-done
+	if !rt2.Failed() || !strings.Contains(rt2.firstFailure, "no fleet member at 10.9.9.9:1") {
+		t.Fatalf("outside address: failed=%v %q", rt2.Failed(), rt2.firstFailure)
+	}
+}
