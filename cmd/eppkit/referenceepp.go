@@ -41,6 +41,7 @@ type referenceEPPFlags struct {
 	certPath       string
 	refreshMetrics time.Duration
 	staleThreshold time.Duration
+	scrapeTimeout  time.Duration
 	seed           int64
 	logLevel       string
 	bindAddress    string
@@ -84,6 +85,7 @@ SIGINT/SIGTERM shut down gracefully.`,
 	fs.StringVar(&f.certPath, "cert-path", "", "directory holding tls.crt and tls.key for --secure-serving")
 	fs.DurationVar(&f.refreshMetrics, "refresh-metrics-interval", 50*time.Millisecond, "how often each endpoint's /metrics is scraped")
 	fs.DurationVar(&f.staleThreshold, "stale-threshold", time.Second, "metrics older than this (or a failed scrape) make an endpoint stale")
+	fs.DurationVar(&f.scrapeTimeout, "metrics-scrape-timeout", 0, "bound of one /metrics scrape (0: 10 refresh intervals, capped at --stale-threshold); a failed scrape makes the endpoint stale")
 	fs.Int64Var(&f.seed, "seed", 0, "base seed of every random choice (pickers, exploration)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&f.bindAddress, "bind-address", "", "address the listeners bind to (default: all interfaces)")
@@ -180,10 +182,11 @@ func runReferenceEPP(cmd *cobra.Command, f *referenceEPPFlags) error {
 	}
 
 	collector, err := datalayer.New(datalayer.Config{
-		Interval: f.refreshMetrics, StaleThreshold: f.staleThreshold, Names: datalayer.DefaultMetricNames(), Logger: logger,
+		Interval: f.refreshMetrics, StaleThreshold: f.staleThreshold, Timeout: f.scrapeTimeout,
+		Names: datalayer.DefaultMetricNames(), Logger: logger,
 	})
 	if err != nil {
-		return fmt.Errorf("--refresh-metrics-interval/--stale-threshold: %w", err)
+		return fmt.Errorf("--refresh-metrics-interval/--stale-threshold/--metrics-scrape-timeout: %w", err)
 	}
 
 	var tlsCfg *tls.Config
@@ -211,6 +214,14 @@ func runReferenceEPP(cmd *cobra.Command, f *referenceEPPFlags) error {
 		GRPCAddr: addr(f.grpcPort), HealthAddr: addr(f.grpcHealthPort), MetricsAddr: addr(f.metricsPort),
 		TLS: tlsCfg, Seed: f.seed, Logger: logger,
 	})
+	if cfgErr := (*eppserver.ConfigError)(nil); errors.As(err, &cfgErr) {
+		switch {
+		case f.configText != "":
+			return fmt.Errorf("--config-text: %w", err)
+		case f.configFile != "":
+			return fmt.Errorf("--config-file %s: %w", f.configFile, err)
+		}
+	}
 	if err != nil {
 		return err
 	}

@@ -37,7 +37,7 @@ func TestReferenceEPPStartupErrors(t *testing.T) {
 		{[]string{"--endpoints", "127.0.0.1:18000", "--config-text", "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: queue-scorer\n  parameters: {}\nsaturationDetector:\n  queueDepthTreshold: 3\n"},
 			[]string{"--config-text", "saturationDetector", "queueDepthTreshold"}},
 		{[]string{"--endpoints", "127.0.0.1:18000", "--config-text", "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: prefix-cache-scorer\n  parameters:\n    blockSze: 4\n"},
-			[]string{"plugins[0]", "blockSze"}},
+			[]string{"--config-text", "plugins[0]", "blockSze"}},
 		{[]string{"--endpoints", "127.0.0.1:18000", "--config-file", "/nonexistent/epp.yaml"}, []string{"--config-file"}},
 		{[]string{"--endpoints", "127.0.0.1:18000", "--config-file", "a", "--config-text", "b"}, []string{"--config-file", "--config-text"}},
 		{[]string{}, []string{"--endpoints", "--pool-name"}},

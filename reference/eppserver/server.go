@@ -98,6 +98,13 @@ type Options struct {
 	ShutdownTimeout time.Duration
 }
 
+// ConfigError is returned by Start when the runtime cannot be built from Options.Config (a
+// plugin's parameters, profiles, the PrepareData DAG); Err names the plugin and the field.
+type ConfigError struct{ Err error }
+
+func (e *ConfigError) Error() string { return e.Err.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }
+
 // Server is a running reference EPP.
 type Server struct {
 	opts     Options
@@ -114,7 +121,7 @@ type Server struct {
 	err  error
 }
 
-// Start builds the runtime (a config error is returned as is, naming the field), starts
+// Start builds the runtime (a config error is a *ConfigError naming the plugin and field), starts
 // discovery and the collector, opens the listeners and serves until ctx ends. Errors opening a
 // listener or building anything are returned before anything is served.
 func Start(ctx context.Context, opts Options) (*Server, error) {
@@ -163,7 +170,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	}
 	rt, err := framework.NewRuntime(opts.Config, reg, rtOpts)
 	if err != nil {
-		return nil, err
+		return nil, &ConfigError{Err: err}
 	}
 	s.runtime = rt
 	dOpts := director.Options{Runtime: rt, Endpoints: opts.Discovery, Logger: logger, Observer: obs}
