@@ -123,9 +123,23 @@ func WaitReady(ctx context.Context, t Target, addrs TargetAddrs, tlsCfg *tls.Con
 		acancel()
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("target %s not ready within %s (waiting for %s): %v", t.Name(), timeout, stage, last)
+			return fmt.Errorf("target %s not ready within %s (waiting for %s): %v%s", t.Name(), timeout, stage, last, tlsHint(last, tlsCfg))
 		case <-t.Exited():
 		case <-time.After(poll):
 		}
 	}
+}
+
+// tlsHint suggests --target-tls when the error looks like a TLS mismatch.
+func tlsHint(err error, tlsCfg *tls.Config) string {
+	if err == nil {
+		return ""
+	}
+	switch msg := err.Error(); {
+	case tlsCfg == nil && strings.Contains(msg, "server preface"):
+		return " (the target may serve TLS: try --target-tls insecure or ca:<file>)"
+	case tlsCfg != nil && (strings.Contains(msg, "first record does not look like a TLS handshake") || strings.Contains(msg, "tls:")):
+		return " (a TLS problem: does the target serve TLS, and does --target-tls trust its certificate? plaintext targets need --target-tls plaintext)"
+	}
+	return ""
 }
