@@ -197,6 +197,7 @@ func (st *stream) requestTrailers() error {
 // response, then the body in chunks) or an ImmediateResponse.
 func (st *stream) schedule() error {
 	r := st.cur
+	bodyPhase := r.waitingBody // the gateway streams a body phase and expects it answered
 	r.waitingBody = false
 	var (
 		res *director.Result
@@ -236,9 +237,10 @@ func (st *stream) schedule() error {
 		return err
 	}
 	st.s.logger.Debug("ext_proc: request routed", "requestID", res.Request.RequestID, "destination", dest, "profile", res.PrimaryProfile)
-	if res.Body == nil {
+	if res.Body == nil && !bodyPhase {
 		return nil
 	}
+	// An empty body (a body phase with no bytes) is answered with one empty end_of_stream chunk.
 	for _, chunk := range chunks(res.Body, BodyChunkLimit) {
 		if err := st.srv.Send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
 			RequestBody: &extprocv3.BodyResponse{Response: streamedBody(chunk.data, chunk.last)}}}); err != nil {

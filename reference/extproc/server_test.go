@@ -399,3 +399,23 @@ func TestJSONResponseUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestEmptyBodyPhase: a request whose body phase carries no bytes is scheduled like a
+// headers-only request, and its body phase is still answered (one empty end_of_stream chunk).
+func TestEmptyBodyPhase(t *testing.T) {
+	f := newFixture(t)
+	s := f.open()
+	s.headers(reqHeaders("/v1/models"), false, nil)
+	s.body(nil, 10)
+	got := s.readRouting(true)
+	if got.immediate != nil || got.metadataDst == "" {
+		t.Fatalf("want a pick, got %+v", got)
+	}
+	if len(got.chunks) != 1 || len(got.chunks[0]) != 0 {
+		t.Fatalf("body chunks %q, want one empty chunk", got.chunks)
+	}
+	if _, ok := got.setHeaders["Content-Length"]; ok {
+		t.Fatal("Content-Length set for an empty body")
+	}
+	s.closeAndDrain()
+}
