@@ -37,7 +37,7 @@ func (s *Server) AdminConfig() AdminConfig { return s.dyn.Load().admin() }
 
 // UpdateAdminConfig applies a POST /admin/config body: a JSON object of simulator keys. Unknown
 // keys, wrong types and out-of-range values are an *APIError (400) naming the key, and nothing
-// is applied. Latency changes apply to requests submitted afterwards.
+// is applied. Latency changes apply to tokens scheduled afterwards.
 func (s *Server) UpdateAdminConfig(body []byte) (AdminConfig, error) {
 	var raw map[string]json.RawMessage
 	dec := json.NewDecoder(bytes.NewReader(body))

@@ -51,22 +51,18 @@ type dynamic struct {
 
 // Server is one data-parallel rank of a fake vLLM server.
 type Server struct {
-	cfg   Config
-	rank  int
-	opts  Options
-	log   *slog.Logger
-	pod   string
-	portS string
-	engMu sync.RWMutex
-	eng   *engine.Engine
-	// retired are engines replaced by a latency change that still run requests; offset holds the
-	// counters of retired engines that went idle.
-	retired []*engine.Engine
-	offset  EngineStats
-	met     *metrics
-	dyn     atomic.Pointer[dynamic]
-	start   time.Time
-	reqSeq  atomic.Uint64
+	cfg    Config
+	rank   int
+	opts   Options
+	log    *slog.Logger
+	pod    string
+	portS  string
+	engMu  sync.RWMutex
+	eng    *engine.Engine
+	met    *metrics
+	dyn    atomic.Pointer[dynamic]
+	start  time.Time
+	reqSeq atomic.Uint64
 
 	lorasMu sync.RWMutex
 	loras   []LoraModule
@@ -145,63 +141,18 @@ func convertStats(st engine.Stats) EngineStats {
 		PromptTokens: int64(st.PromptTokens), GenerationTokens: int64(st.GenerationTokens)}
 }
 
-// engineStats reads the active engine plus any retired engine still finishing requests, and the
-// counters of retired engines that have gone idle.
-func (s *Server) engineStats() EngineStats {
-	s.engMu.Lock()
-	defer s.engMu.Unlock()
-	out := convertStats(s.eng.Stats())
-	live := s.retired[:0]
-	for _, e := range s.retired {
-		st := convertStats(e.Stats())
-		if st.Running+st.Waiting == 0 {
-			s.offset.PrefixCacheQueries += st.PrefixCacheQueries
-			s.offset.PrefixCacheHits += st.PrefixCacheHits
-			s.offset.PromptTokens += st.PromptTokens
-			s.offset.GenerationTokens += st.GenerationTokens
-			closeEngine(e)
-			continue
-		}
-		live = append(live, e)
-		out.Running += st.Running
-		out.Waiting += st.Waiting
-		out.KVUsage = min(1, out.KVUsage+st.KVUsage)
-		out.RunningLoRAs = append(out.RunningLoRAs, st.RunningLoRAs...)
-		out.WaitingLoRAs = append(out.WaitingLoRAs, st.WaitingLoRAs...)
-		out.PrefixCacheQueries += st.PrefixCacheQueries
-		out.PrefixCacheHits += st.PrefixCacheHits
-		out.PromptTokens += st.PromptTokens
-		out.GenerationTokens += st.GenerationTokens
-	}
-	s.retired = live
-	out.PrefixCacheQueries += s.offset.PrefixCacheQueries
-	out.PrefixCacheHits += s.offset.PrefixCacheHits
-	out.PromptTokens += s.offset.PromptTokens
-	out.GenerationTokens += s.offset.GenerationTokens
-	out.RunningLoRAs = dedupSorted(out.RunningLoRAs)
-	out.WaitingLoRAs = dedupSorted(out.WaitingLoRAs)
-	return out
-}
+// engineStats reads the engine.
+func (s *Server) engineStats() EngineStats { return convertStats(s.engine().Stats()) }
 
-func dedupSorted(s []string) []string {
-	slices.Sort(s)
-	return slices.Compact(s)
-}
-
-// setLatency applies a new latency profile. The engine's latency is fixed at construction, so
-// the server starts a new engine for new requests; requests already submitted finish on the old
-// one, whose gauges and counters are added to the new one's until it is idle. The prefix cache
-// starts empty (as after a model server restart).
+// setLatency applies a new latency profile to the running engine (engine.SetLatencies): tokens
+// already scheduled keep their times; later ones use the new profile.
 func (s *Server) setLatency(l Latency) error {
-	eng, err := s.newEngine(l)
-	if err != nil {
-		return err
-	}
-	s.engMu.Lock()
-	s.retired = append(s.retired, s.eng)
-	s.eng = eng
-	s.engMu.Unlock()
-	return nil
+	return s.engine().SetLatencies(engine.Latencies{
+		PrefillOverhead: l.PrefillOverhead.D(), PrefillTimePerToken: l.PrefillTimePerToken.D(),
+		PrefillTimeStdDev: l.PrefillTimeStdDev.D(), TimeToFirstToken: l.TimeToFirstToken.D(),
+		TimeToFirstTokenStdDev: l.TimeToFirstTokenStdDev.D(), InterTokenLatency: l.InterTokenLatency.D(),
+		InterTokenLatencyStdDev: l.InterTokenLatencyStdDev.D(), TimeFactorUnderLoad: l.TimeFactorUnderLoad,
+	})
 }
 
 // Rank is this server's data-parallel rank.
@@ -252,19 +203,7 @@ func (s *Server) Close() error {
 	return err
 }
 
-func (s *Server) closeEngine() {
-	s.engMu.Lock()
-	defer s.engMu.Unlock()
-	closeEngine(s.eng)
-	for _, e := range s.retired {
-		closeEngine(e)
-	}
-}
-
-// closeEngine stops the engine's background goroutine when it has a Close method.
-func closeEngine(e *engine.Engine) {
-	_ = e.Close()
-}
+func (s *Server) closeEngine() { _ = s.engine().Close() }
 
 // Handler returns the server's HTTP handler (all endpoints, with the identity headers).
 func (s *Server) Handler() http.Handler {
@@ -455,14 +394,7 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, chat b
 	ctx := r.Context()
 	ereq := engine.Request{ID: id, Model: s.cfg.Model, LoRA: lora, Prompt: req.promptText,
 		MaxTokens: nOut, FinishReason: finish, CacheSalt: req.CacheSalt}
-	eng := s.engine()
-	seq, err := eng.Submit(ctx, ereq)
-	if errors.Is(err, engine.ErrEngineClosed) {
-		// A latency change may have retired eng between reading and using it; use the current one.
-		if cur := s.engine(); cur != eng {
-			seq, err = cur.Submit(ctx, ereq)
-		}
-	}
+	seq, err := s.engine().Submit(ctx, ereq)
 	if err != nil {
 		switch {
 		case errors.Is(err, engine.ErrQueueFull):
