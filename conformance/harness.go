@@ -52,6 +52,9 @@ type HarnessConfig struct {
 	FleetSize         int
 	ModelName         string
 	AdaptersPerServer int
+	// FleetPort is the port every fleet member listens on (0 = a free one), so an EPP started
+	// outside the harness (address target) can be given 127.0.10.1..N:FleetPort in advance.
+	FleetPort int
 	// DistinctPorts puts the fleet on distinct ports of 127.0.0.1 (where loopback aliases do not
 	// work; detected automatically too).
 	DistinctPorts bool
@@ -119,7 +122,7 @@ func StartHarness(ctx context.Context, cfg HarnessConfig) (s *Suite, err error) 
 	}
 	log.Info("starting fake vLLM fleet", "count", cfg.FleetSize, "model", cfg.ModelName)
 	s.Fleet, err = fleet.Start(fleet.Options{
-		Count: cfg.FleetSize, Base: base, DistinctPorts: cfg.DistinctPorts, NamePrefix: "conformance-",
+		Count: cfg.FleetSize, Base: base, Port: cfg.FleetPort, DistinctPorts: cfg.DistinctPorts, NamePrefix: "conformance-",
 		PerServer: func(i int, c *vllm.Config) {
 			c.Seed = cfg.Seed + int64(i)
 			for _, a := range s.LoRAAdapters[i] {

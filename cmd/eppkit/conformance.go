@@ -60,7 +60,7 @@ type conformanceFlags struct {
 	org, project, url, implVersion                             string
 	contact                                                    []string
 	seed                                                       int64
-	fleetSize                                                  int
+	fleetSize, fleetPort                                       int
 }
 
 func newConformanceCommand() *cobra.Command {
@@ -113,6 +113,7 @@ Exit codes: 0 all tests that ran passed, 1 a test failed, 2 the harness or targe
 	fl.StringVar(&f.logDir, "log-dir", "out/conformance", "directory for the target's log")
 	fl.Int64Var(&f.seed, "seed", 0, "seed for the fakes and the tests (0 = from the clock; EPPKIT_SEED overrides)")
 	fl.IntVar(&f.fleetSize, "fleet-size", conformance.DefaultFleetSize, "number of fake vLLM servers in the pool")
+	fl.IntVar(&f.fleetPort, "fleet-port", 0, "port every fake vLLM server listens on, on 127.0.10.1..N (0 = a free port); fix it to preconfigure an --address target")
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return badFlags("%v", err) })
 	cmd.AddCommand(newCatalogueCommand())
 	return cmd
@@ -198,6 +199,9 @@ func plan(f conformanceFlags, tests []conformance.ConformanceTest) (*runPlan, er
 	if f.fleetSize < 1 || f.fleetSize > 250 {
 		return nil, badFlags("--fleet-size: must be in [1,250], got %d", f.fleetSize)
 	}
+	if f.fleetPort < 0 || f.fleetPort > 65535 {
+		return nil, badFlags("--fleet-port: must be a port in [0,65535], got %d", f.fleetPort)
+	}
 	p.meta = conformance.ReportMeta{
 		Implementation: confv1.Implementation{Organization: f.org, Project: f.project, URL: f.url, Version: f.implVersion, Contact: f.contact},
 		EppkitVersion:  version,
@@ -252,7 +256,7 @@ func runConformance(cmd *cobra.Command, f conformanceFlags) error {
 		logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo}))
 		suite, err = conformance.StartHarness(ctx, conformance.HarnessConfig{
 			Target: p.target, TargetTLS: tlsCfg, Source: p.source, Eppkit: eppkit, ConfigFile: f.configFile,
-			LogDir: f.logDir, Timeouts: p.timeouts, Seed: p.seed, FleetSize: f.fleetSize, Logger: logger,
+			LogDir: f.logDir, Timeouts: p.timeouts, Seed: p.seed, FleetSize: f.fleetSize, FleetPort: f.fleetPort, Logger: logger,
 		})
 		if err != nil {
 			return &exitError{code: exitHarness, err: fmt.Errorf("the harness could not start: %w", err)}

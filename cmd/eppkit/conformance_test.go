@@ -62,6 +62,7 @@ func TestConformanceFlagErrorsExit3(t *testing.T) {
 		{"report without metadata", []string{"--report-output", dir}, "--report-output"},
 		{"report with partial metadata", append([]string{"--report-output", dir}, meta[:6]...), "version"},
 		{"fleet size", []string{"--fleet-size", "0"}, "--fleet-size"},
+		{"fleet port", []string{"--fleet-port", "70000"}, "--fleet-port"},
 		{"positional arg", []string{"extra"}, "unknown command"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
