@@ -82,15 +82,30 @@ func runFakeGateway(cmd *cobra.Command, f fakeGatewayFlags) error {
 	if err != nil {
 		return err
 	}
-	if f.chunk <= 0 {
-		return fmt.Errorf("--body-chunk-size must be positive, got %d", f.chunk)
+	if f.chunk <= 0 || f.chunk > gateway.MaxBodyChunkSize {
+		return fmt.Errorf("--body-chunk-size must be in 1–%d bytes (below gRPC's 4 MiB message limit), got %d", gateway.MaxBodyChunkSize, f.chunk)
+	}
+	if f.statusOnError < 400 || f.statusOnError > 599 {
+		return fmt.Errorf("--status-on-error must be an HTTP error status in 400–599, got %d", f.statusOnError)
+	}
+	endpoints := splitAddrs(f.endpoints)
+	if err := gateway.ValidateEndpoints(endpoints); err != nil {
+		return fmt.Errorf("--endpoints: %w", err)
+	}
+	if fm == gateway.FailOpen && mode != gateway.ModeRoundRobin && len(endpoints) == 0 {
+		return errors.New("--failure-mode open needs --endpoints (the pool to fail open to)")
+	}
+	if mode != gateway.ModeRoundRobin && f.epp != "" {
+		if _, port, err := net.SplitHostPort(f.epp); err != nil || port == "" {
+			return fmt.Errorf("--epp %q: want host:port", f.epp)
+		}
 	}
 	if f.messageTimeout <= 0 {
 		return fmt.Errorf("--message-timeout must be positive, got %v", f.messageTimeout)
 	}
 	logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 	g, err := gateway.New(gateway.Config{
-		EPPAddress: f.epp, EPPTLS: tlsCfg, Mode: mode, FailureMode: fm, Endpoints: splitAddrs(f.endpoints),
+		EPPAddress: f.epp, EPPTLS: tlsCfg, Mode: mode, FailureMode: fm, Endpoints: endpoints,
 		BodyChunkSize: f.chunk, MessageTimeout: f.messageTimeout, StatusOnError: f.statusOnError, Logger: logger,
 	})
 	if err != nil {

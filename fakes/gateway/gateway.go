@@ -28,6 +28,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -55,6 +56,9 @@ const (
 	DefaultMessageTimeout = 5 * time.Second
 	// DefaultStatusOnError is Envoy's status_on_error default (500).
 	DefaultStatusOnError = http.StatusInternalServerError
+	// MaxBodyChunkSize bounds Config.BodyChunkSize (bytes): 1 MiB keeps every ext_proc message
+	// well below gRPC's default 4 MiB maximum receive message size on the EPP side.
+	MaxBodyChunkSize = 1 << 20
 	// maxRequestBody bounds a client request body (bytes).
 	maxRequestBody = 64 << 20
 )
@@ -170,20 +174,28 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.FailureMode != FailClose && cfg.FailureMode != FailOpen {
 		return nil, fmt.Errorf("gateway: FailureMode %d is not a known failure mode", cfg.FailureMode)
 	}
-	for _, e := range cfg.Endpoints {
-		if _, _, err := net.SplitHostPort(e); err != nil {
-			return nil, fmt.Errorf("gateway: Endpoints: %q is not ip:port: %v", e, err)
-		}
+	if err := ValidateEndpoints(cfg.Endpoints); err != nil {
+		return nil, fmt.Errorf("gateway: Endpoints: %w", err)
 	}
 	if cfg.Mode == ModeRoundRobin && len(cfg.Endpoints) == 0 {
 		return nil, errors.New("gateway: Endpoints must not be empty in round-robin mode")
 	}
-	if cfg.Mode != ModeRoundRobin && cfg.EPPAddress == "" {
-		return nil, fmt.Errorf("gateway: EPPAddress is required in %s mode", cfg.Mode)
+	if cfg.Mode != ModeRoundRobin {
+		if cfg.EPPAddress == "" {
+			return nil, fmt.Errorf("gateway: EPPAddress is required in %s mode", cfg.Mode)
+		}
+		if err := validateHostPort(cfg.EPPAddress); err != nil {
+			return nil, fmt.Errorf("gateway: EPPAddress %q: %w", cfg.EPPAddress, err)
+		}
 	}
-	if cfg.BodyChunkSize < 0 || cfg.MessageTimeout < 0 || cfg.StatusOnError < 0 || cfg.StatusOnError > 599 {
-		return nil, fmt.Errorf("gateway: BodyChunkSize (%d), MessageTimeout (%v) and StatusOnError (%d) must not be negative; StatusOnError ≤ 599",
-			cfg.BodyChunkSize, cfg.MessageTimeout, cfg.StatusOnError)
+	if cfg.BodyChunkSize < 0 || cfg.BodyChunkSize > MaxBodyChunkSize {
+		return nil, fmt.Errorf("gateway: BodyChunkSize %d must be in 1–%d bytes (0 means %d)", cfg.BodyChunkSize, MaxBodyChunkSize, DefaultBodyChunkSize)
+	}
+	if cfg.MessageTimeout < 0 {
+		return nil, fmt.Errorf("gateway: MessageTimeout %v must not be negative", cfg.MessageTimeout)
+	}
+	if cfg.StatusOnError != 0 && (cfg.StatusOnError < 400 || cfg.StatusOnError > 599) {
+		return nil, fmt.Errorf("gateway: StatusOnError %d must be an HTTP error status in 400–599 (0 means %d)", cfg.StatusOnError, DefaultStatusOnError)
 	}
 	if cfg.BodyChunkSize == 0 {
 		cfg.BodyChunkSize = DefaultBodyChunkSize
@@ -342,4 +354,41 @@ func (g *Gateway) nextEndpoint() string {
 	}
 	i := g.rr.Add(1) - 1
 	return g.cfg.Endpoints[i%uint64(len(g.cfg.Endpoints))]
+}
+
+// ValidateEndpoints checks that every address is a literal "ip:port" (IPv6 in brackets, no
+// hostnames, port 1–65535) and that none repeats, as reference-epp's --endpoints does
+// (reference/discovery/static.go). The error names the offending entry by index.
+func ValidateEndpoints(addrs []string) error {
+	seen := make(map[netip.AddrPort]int, len(addrs))
+	for i, raw := range addrs {
+		ap, err := netip.ParseAddrPort(raw)
+		if err != nil {
+			return fmt.Errorf("[%d] %q is not ip:port (no hostnames; IPv6 in brackets): %v", i, raw, err)
+		}
+		if ap.Port() == 0 {
+			return fmt.Errorf("[%d] %q: port must be in 1–65535", i, raw)
+		}
+		ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+		if j, dup := seen[ap]; dup {
+			return fmt.Errorf("[%d] %q duplicates [%d]", i, raw, j)
+		}
+		seen[ap] = i
+	}
+	return nil
+}
+
+// validateHostPort checks "host:port" with a non-empty host and a port in 1–65535.
+func validateHostPort(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("want host:port: %v", err)
+	}
+	if host == "" {
+		return errors.New("empty host")
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("port %q is not in 1–65535", port)
+	}
+	return nil
 }

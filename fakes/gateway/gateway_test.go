@@ -399,6 +399,12 @@ func TestConfigErrors(t *testing.T) {
 		{"bad endpoint", gateway.Config{EPPAddress: "x:1", Endpoints: []string{"nope"}}, "Endpoints"},
 		{"bad mode", gateway.Config{EPPAddress: "x:1", Mode: 7}, "Mode"},
 		{"negative chunk", gateway.Config{EPPAddress: "x:1", BodyChunkSize: -1}, "BodyChunkSize"},
+		{"chunk above gRPC limit", gateway.Config{EPPAddress: "x:1", BodyChunkSize: 4 << 20}, "BodyChunkSize"},
+		{"status 99", gateway.Config{EPPAddress: "x:1", StatusOnError: 99}, "StatusOnError"},
+		{"status 200", gateway.Config{EPPAddress: "x:1", StatusOnError: 200}, "StatusOnError"},
+		{"EPP without port", gateway.Config{EPPAddress: "x"}, "EPPAddress"},
+		{"hostname endpoint", gateway.Config{EPPAddress: "x:1", Endpoints: []string{"localhost:8000"}}, "Endpoints"},
+		{"duplicate endpoint", gateway.Config{EPPAddress: "x:1", Endpoints: []string{"10.0.0.1:8000", "10.0.0.1:8000"}}, "Endpoints"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := gateway.New(tc.cfg)
