@@ -47,6 +47,10 @@ func (s *Server) UpdateAdminConfig(body []byte) (AdminConfig, error) {
 		}
 		return AdminConfig{}, NewAPIError(http.StatusBadRequest, "", "invalid JSON body: want an object of configuration keys: %v", err)
 	}
+	// One update at a time from load to store (setLatency included): concurrent POSTs of
+	// different keys must not drop one another.
+	s.adminMu.Lock()
+	defer s.adminMu.Unlock()
 	cur := s.dyn.Load()
 	next := *cur
 	next.ignored = maps.Clone(cur.ignored)

@@ -51,18 +51,20 @@ type dynamic struct {
 
 // Server is one data-parallel rank of a fake vLLM server.
 type Server struct {
-	cfg    Config
-	rank   int
-	opts   Options
-	log    *slog.Logger
-	pod    string
-	portS  string
-	engMu  sync.RWMutex
-	eng    *engine.Engine
-	met    *metrics
-	dyn    atomic.Pointer[dynamic]
-	start  time.Time
-	reqSeq atomic.Uint64
+	cfg   Config
+	rank  int
+	opts  Options
+	log   *slog.Logger
+	pod   string
+	portS string
+	engMu sync.RWMutex
+	eng   *engine.Engine
+	met   *metrics
+	dyn   atomic.Pointer[dynamic]
+	// adminMu serialises UpdateAdminConfig's read-modify-store of dyn.
+	adminMu sync.Mutex
+	start   time.Time
+	reqSeq  atomic.Uint64
 
 	lorasMu sync.RWMutex
 	loras   []LoraModule

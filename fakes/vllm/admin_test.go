@@ -1,0 +1,49 @@
+package vllm
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestConcurrentAdminUpdatesOfDifferentKeysAreAllKept posts one key per goroutine at once, for
+// many rounds; every round's values must all be in the configuration afterwards (no lost update).
+func TestConcurrentAdminUpdatesOfDifferentKeysAreAllKept(t *testing.T) {
+	srv := startTest(t, nil).Ranks[0]
+	latencyKeys := []string{"time-to-first-token", "inter-token-latency", "prefill-overhead", "prefill-time-per-token"}
+	ignoredKeys := adminIgnoredKeys[:4]
+	keys := append(append([]string{}, latencyKeys...), ignoredKeys...)
+	const rounds = 100
+	for round := 1; round <= rounds; round++ {
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i, k := range keys {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				body := fmt.Sprintf(`{%q:"%dms"}`, k, 1000*round+i)
+				if _, err := srv.UpdateAdminConfig([]byte(body)); err != nil {
+					t.Errorf("round %d %s: %v", round, k, err)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		got := srv.AdminConfig()
+		vals := []Duration{got.TimeToFirstToken, got.InterTokenLatency, got.PrefillOverhead, got.PrefillTimePerToken}
+		for i, k := range latencyKeys {
+			if want := Duration(time.Duration(1000*round+i) * time.Millisecond); vals[i] != want {
+				t.Fatalf("round %d of %d (%d concurrent updates): %s = %v, want %v (an update was lost)",
+					round, rounds, len(keys), k, vals[i], want)
+			}
+		}
+		for j, k := range ignoredKeys {
+			if want := fmt.Sprintf(`"%dms"`, 1000*round+len(latencyKeys)+j); string(got.Ignored[k]) != want {
+				t.Fatalf("round %d of %d (%d concurrent updates): ignored %s = %s, want %s (an update was lost)",
+					round, rounds, len(keys), k, got.Ignored[k], want)
+			}
+		}
+	}
+}
