@@ -92,10 +92,23 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 			return status.Errorf(codes.Unknown, "ext_proc: receive: %v", err)
 		}
 		if err := st.handle(msg); err != nil {
+			var pe protocolError
+			if errors.As(err, &pe) {
+				// The gateway broke the ext_proc protocol: end this stream with a precise status
+				// instead of leaving the gateway waiting for an answer that never comes.
+				s.logger.Warn("ext_proc: protocol violation; ending the stream", "error", string(pe))
+				return status.Error(codes.InvalidArgument, "ext_proc: "+string(pe))
+			}
 			return status.Errorf(codes.Unknown, "ext_proc: send: %v", err)
 		}
 	}
 }
+
+// protocolError is an ext_proc protocol violation by the gateway; Process ends the stream with
+// codes.InvalidArgument and this message.
+type protocolError string
+
+func (e protocolError) Error() string { return string(e) }
 
 // stream is the state of one Process stream.
 type stream struct {
@@ -111,6 +124,7 @@ type request struct {
 	subset      *director.Subset
 	body        []byte
 	waitingBody bool // headers arrived without end_of_stream and the body is not complete yet
+	headersEOS  bool // request_headers carried end_of_stream: no request body may follow
 	tooLarge    bool
 	res         *director.Result // set once scheduled
 	ended       bool             // refused, completed or abandoned: later messages of it are answered but not processed
@@ -139,8 +153,7 @@ func (st *stream) handle(msg *extprocv3.ProcessingRequest) error {
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
 		return st.responseTrailers()
 	}
-	st.s.logger.Debug("ext_proc: ignoring a message of an unknown kind")
-	return nil
+	return protocolError("ProcessingRequest without a request: want one of request_headers, request_body, request_trailers, response_headers, response_body, response_trailers")
 }
 
 func (st *stream) requestHeaders(msg *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) error {
@@ -153,6 +166,7 @@ func (st *stream) requestHeaders(msg *extprocv3.ProcessingRequest, h *extprocv3.
 	r.served = servedEndpoint(msg)
 	st.cur = r
 	if h.GetEndOfStream() {
+		r.headersEOS = true
 		return st.schedule()
 	}
 	r.waitingBody = true
@@ -161,9 +175,13 @@ func (st *stream) requestHeaders(msg *extprocv3.ProcessingRequest, h *extprocv3.
 
 func (st *stream) requestBody(b *extprocv3.HttpBody) error {
 	r := st.cur
-	if r == nil || !r.waitingBody {
-		// A body chunk of a refused request, or without headers: nothing to do.
-		return nil
+	switch {
+	case r == nil:
+		return protocolError("request_body before request_headers")
+	case r.headersEOS:
+		return protocolError("request_body after request_headers with end_of_stream set (the request has no body)")
+	case !r.waitingBody:
+		return protocolError("request_body after the request body ended (end_of_stream or request_trailers already received)")
 	}
 	if !r.tooLarge {
 		if len(r.body)+len(b.GetBody()) > MaxRequestBodyBytes {
