@@ -136,6 +136,11 @@ func runReferenceEPP(cmd *cobra.Command, f *referenceEPPFlags) error {
 	if f.grpcPort == 0 {
 		return errors.New("--grpc-port: must be set (1–65535)")
 	}
+	if f.staleThreshold < f.refreshMetrics {
+		// Metrics are at best one interval old when read; a shorter threshold marks every
+		// endpoint stale forever.
+		return fmt.Errorf("--stale-threshold must be ≥ --refresh-metrics-interval (got %v < %v)", f.staleThreshold, f.refreshMetrics)
+	}
 	cfg, err := loadReferenceConfig(f)
 	if err != nil {
 		return err
