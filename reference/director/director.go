@@ -186,7 +186,11 @@ func (d *Director) HandleRequest(ctx context.Context, in *Input) (res *Result, e
 			d.rt.EndRequest(req)
 		}
 		if d.obs != nil {
-			d.obs.observeRequest(StatusFor(err))
+			if Cancelled(ctx, err) {
+				d.obs.observeRequestCode(CodeCancelled)
+			} else {
+				d.obs.observeRequest(StatusFor(err))
+			}
 		}
 	}()
 	headers := in.Headers

@@ -1,6 +1,7 @@
 package director
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -74,4 +75,22 @@ func ErrorJSON(err error) (int, []byte) {
 		b = []byte(`{"error":{"message":"internal error","type":"Internal","code":500}}`)
 	}
 	return status, b
+}
+
+// CodeCancelled is the eppkit_epp_requests_total code label of a request whose client went away
+// while it was handled (see Cancelled): not a server error, and no answer can reach the client.
+const CodeCancelled = "cancelled"
+
+// Cancelled reports whether err, the outcome of handling a request on ctx, is the client going
+// away: err is non-nil and either wraps context.Canceled or ctx itself was cancelled
+// (context.Canceled). A deadline is not a cancellation. Typed client errors (400, 429, 503)
+// decided before the cancellation keep their status.
+func Cancelled(ctx context.Context, err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, context.Canceled) {
+		return true
+	}
+	return errors.Is(ctx.Err(), context.Canceled) && StatusFor(err) == http.StatusInternalServerError
 }

@@ -44,7 +44,7 @@ type Observer struct {
 //
 //	eppkit_epp_scheduling_duration_seconds      histogram: PrepareData+Admission+Scheduling per request (s)
 //	eppkit_epp_plugin_duration_seconds          histogram {plugin, extension_point} (s), fed by ObservePlugin
-//	eppkit_epp_requests_total                   counter {code}: HandleRequest outcomes by HTTP status
+//	eppkit_epp_requests_total                   counter {code}: HandleRequest outcomes by HTTP status, or "cancelled" (client gone)
 //	eppkit_epp_prefix_matched_blocks_total      counter: prefix blocks the pick already held
 //	eppkit_epp_prefix_request_blocks_total      counter: prefix blocks hashed for scheduled requests
 //
@@ -63,7 +63,7 @@ func NewObserver(reg prometheus.Registerer) (*Observer, error) {
 		}, []string{"plugin", "extension_point"}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: MetricRequests,
-			Help: "Requests handled by the director, by HTTP status of the outcome (200 = scheduled).",
+			Help: "Requests handled by the director, by HTTP status of the outcome (200 = scheduled), or cancelled when the client went away.",
 		}, []string{"code"}),
 		prefixMatched: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: MetricPrefixMatchedBlocks,
@@ -101,6 +101,8 @@ func (o *Observer) observeScheduling(d time.Duration) { o.scheduling.Observe(d.S
 func (o *Observer) observeRequest(status int) {
 	o.requests.WithLabelValues(strconv.Itoa(status)).Inc()
 }
+
+func (o *Observer) observeRequestCode(code string) { o.requests.WithLabelValues(code).Inc() }
 
 func (o *Observer) observePrefix(pick *framework.Endpoint) {
 	info, ok := framework.AttributeAs[*prefix.PrefixCacheMatchInfo](pick, prefix.PrefixCacheMatchInfoKey)

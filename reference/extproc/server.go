@@ -229,6 +229,12 @@ func (st *stream) schedule() error {
 	r.body = nil
 	if err != nil {
 		r.ended = true
+		if director.Cancelled(st.ctx, err) {
+			// The client (the gateway's stream) went away: not a server error, and there is no
+			// one to send an ImmediateResponse to.
+			st.s.logger.Debug("ext_proc: request cancelled by the client", "requestID", r.headers[director.HeaderRequestID], "error", err.Error())
+			return nil
+		}
 		code, body := director.ErrorJSON(err)
 		st.s.logger.Info("ext_proc: request refused", "status", code, "requestID", r.headers[director.HeaderRequestID], "error", err.Error())
 		return st.srv.Send(immediateResponse(code, body, director.CodeFor(err)))
