@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"sigs.k8s.io/yaml"
 )
@@ -380,10 +381,15 @@ func (c *Config) Validate() error {
 	if c.MaxWaitingQueueLength < 1 {
 		return errors.New("max-waiting-queue-length: cannot be less than 1")
 	}
+	for i, n := range c.ServedModelNames {
+		if strings.TrimSpace(n) == "" {
+			return fmt.Errorf("served-model-name[%d]: must not be empty", i)
+		}
+	}
 	seen := map[string]bool{}
 	for i, l := range c.LoraModules {
-		if l.Name == "" {
-			return fmt.Errorf("lora-modules[%d]: empty LoRA name", i)
+		if err := c.ValidateLoraName(l.Name); err != nil {
+			return fmt.Errorf("lora-modules[%d]: %w", i, err)
 		}
 		if l.BaseModelName != "" && l.BaseModelName != c.Model {
 			return fmt.Errorf("lora-modules[%d]: unknown base model '%s' for LoRA '%s'", i, l.BaseModelName, l.Name)
@@ -563,4 +569,25 @@ func parseLoraModule(b []byte) (LoraModule, error) {
 		return LoraModule{}, fmt.Errorf("want a JSON object like {\"name\": \"adapter\"}: %w", err)
 	}
 	return m, nil
+}
+
+// ValidateLoraName checks a LoRA adapter name: not empty, no comma (vllm:lora_requests_info
+// lists adapters comma-separated in its running_lora_adapters/waiting_lora_adapters labels, so
+// a comma would split one adapter into two) and no control characters, and not the base model
+// (Model) or a served model name (the request's "model" would be ambiguous). Call it after
+// Validate has filled ServedModelNames.
+func (c *Config) ValidateLoraName(name string) error {
+	if name == "" {
+		return errors.New("empty LoRA name")
+	}
+	if strings.Contains(name, ",") {
+		return fmt.Errorf("LoRA name %q must not contain a comma (it separates adapters in vllm:lora_requests_info)", name)
+	}
+	if strings.IndexFunc(name, unicode.IsControl) >= 0 {
+		return fmt.Errorf("LoRA name %q must not contain control characters", name)
+	}
+	if name == c.Model || slices.Contains(c.ServedModelNames, name) {
+		return fmt.Errorf("LoRA name %q is the base model or a served model name", name)
+	}
+	return nil
 }

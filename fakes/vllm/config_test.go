@@ -152,6 +152,12 @@ func TestFlags(t *testing.T) {
 		{"unknown flag", []string{"--model", "m", "--no-such-flag", "1"}, "no-such-flag"},
 		{"kv cache smaller than one context", []string{"--model", "m", "--max-model-len", "8192", "--kv-cache-size", "512", "--block-size", "8"}, "kv-cache-size"},
 		{"cpu loras below loras", []string{"--model", "m", "--max-loras", "3", "--max-cpu-loras", "2"}, "max-cpu-loras"},
+		{"lora name with a comma", []string{"--model", "m", "--lora-modules", `{"name":"a,b"}`}, "lora-modules[0]"},
+		{"lora name with a control character", []string{"--model", "m", "--lora-modules", `{"name":"a\u0007"}`}, "lora-modules[0]"},
+		{"lora name is the base model", []string{"--model", "m", "--lora-modules", `{"name":"m"}`}, "lora-modules[0]"},
+		{"lora name is a served name", []string{"--model", "m", "--served-model-name", "s", "--lora-modules", `{"name":"s"}`}, "lora-modules[0]"},
+		{"empty served model name", []string{"--model", "m", "--served-model-name", ""}, "served-model-name[0]"},
+		{"two fake-metrics values", []string{"--model", "m", "--fake-metrics", `{"running-requests":1}`, `{"running-requests":2}`}, "--fake-metrics"},
 	}
 	for _, tc := range errCases {
 		t.Run(tc.name, func(t *testing.T) {

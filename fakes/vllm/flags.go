@@ -192,6 +192,9 @@ func (v *FlagValues) Finish() (warnings []string, err error) {
 			cfg.LoraModules = append(cfg.LoraModules, m)
 		}
 	}
+	if len(v.fakeMetrics) > 1 {
+		return nil, fmt.Errorf("--fake-metrics: takes one JSON object, got %d values", len(v.fakeMetrics))
+	}
 	if v.fs.Changed("fake-metrics") && len(v.fakeMetrics) > 0 && v.fakeMetrics[0] != "" {
 		var fm FakeMetrics
 		if err := json.Unmarshal([]byte(v.fakeMetrics[0]), &fm); err != nil {

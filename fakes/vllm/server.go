@@ -663,6 +663,10 @@ func (s *Server) handleLoadLora(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	if err := s.cfg.ValidateLoraName(req.LoraName); err != nil {
+		writeAPIError(w, NewAPIError(http.StatusBadRequest, "lora_name", "lora_name: %v", err))
+		return
+	}
 	s.lorasMu.Lock()
 	defer s.lorasMu.Unlock()
 	for _, l := range s.loras {

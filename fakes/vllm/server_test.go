@@ -216,6 +216,24 @@ func TestLoraAdapters(t *testing.T) {
 	}
 }
 
+// TestLoraAdapterNamesRejected: names that would break the lora_requests_info labels or shadow the
+// base model are refused with a 400 naming lora_name, and nothing is loaded.
+func TestLoraAdapterNamesRejected(t *testing.T) {
+	inst := startTest(t, func(c *Config) { c.MaxLoras, c.MaxCPULoras = 1, 8; c.ServedModelNames = []string{"m", "served"} })
+	for _, name := range []string{"a,b", `a\nb`, `a\u0000`, "m", "served"} {
+		resp, b := post(t, inst.URL()+"/v1/load_lora_adapter", `{"lora_name":"`+name+`"}`)
+		if resp.StatusCode != 400 {
+			t.Fatalf("lora_name %s: status %d (%s), want 400", name, resp.StatusCode, b)
+		}
+		if e := decodeError(t, b); e.Param == nil || *e.Param != "lora_name" {
+			t.Errorf("lora_name %s: param %v, want lora_name (%s)", name, e.Param, e.Message)
+		}
+	}
+	if resp, b := post(t, inst.URL()+"/v1/load_lora_adapter", `{"lora_name":"ok-1"}`); resp.StatusCode != 200 {
+		t.Fatalf("a valid name: status %d (%s)", resp.StatusCode, b)
+	}
+}
+
 func TestAdminConfig(t *testing.T) {
 	inst := startTest(t, nil)
 	s := inst.Ranks[0]
