@@ -127,6 +127,11 @@ ports on 127.0.0.1. Takes every fake-vllm flag. SIGINT/SIGTERM shut down cleanly
 			if err != nil {
 				return err
 			}
+			if err := fleet.ValidateIPPrefix(prefix); err != nil {
+				return fmt.Errorf("--ip-prefix: %w", err)
+			}
+			// The logger also carries the fleet's warning when aliases do not bind and it falls
+			// back to distinct ports (ignoring --port).
 			logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 			f, err := fleet.Start(fleet.Options{Count: count, Base: base, Port: base.Port, IPPrefix: prefix,
 				DistinctPorts: distinct, Namespace: base.PodNamespace, Logger: logger})

@@ -12,7 +12,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -80,6 +82,25 @@ type Member struct {
 	inst *vllm.Instance
 }
 
+// ValidateIPPrefix checks an Options.IPPrefix: three decimal octets and a trailing dot inside
+// the loopback block 127.0.0.0/8, e.g. "127.0.10.". The error says what is wrong.
+func ValidateIPPrefix(prefix string) error {
+	if !strings.HasSuffix(prefix, ".") || strings.Count(prefix, ".") != 3 {
+		return fmt.Errorf("%q is not three octets and a trailing dot (e.g. %q)", prefix, DefaultIPPrefix)
+	}
+	a, err := netip.ParseAddr(prefix + "1")
+	if err != nil {
+		return fmt.Errorf("%q is not three octets and a trailing dot (e.g. %q): %v", prefix, DefaultIPPrefix, err)
+	}
+	if !a.Is4() || !a.IsLoopback() {
+		return fmt.Errorf("%q is not inside the loopback block 127.0.0.0/8", prefix)
+	}
+	return nil
+}
+
+// loopbackAliasesWork is LoopbackAliasesWork; tests replace it to exercise the fallback.
+var loopbackAliasesWork = LoopbackAliasesWork
+
 // LoopbackAliasesWork reports whether this host can listen on prefix+"1" (e.g. 127.0.10.1).
 func LoopbackAliasesWork(prefix string) bool {
 	ln, err := net.Listen("tcp", prefix+"1:0")
@@ -99,13 +120,20 @@ func Start(opts Options) (*Fleet, error) {
 	if opts.IPPrefix == "" {
 		opts.IPPrefix = DefaultIPPrefix
 	}
+	if err := ValidateIPPrefix(opts.IPPrefix); err != nil {
+		return nil, fmt.Errorf("fleet: IPPrefix: %w", err)
+	}
 	if opts.NamePrefix == "" {
 		opts.NamePrefix = "fake-vllm-"
 	}
 	if opts.Namespace == "" {
 		opts.Namespace = DefaultNamespace
 	}
-	f := &Fleet{loopback: !opts.DistinctPorts && LoopbackAliasesWork(opts.IPPrefix)}
+	f := &Fleet{loopback: !opts.DistinctPorts && loopbackAliasesWork(opts.IPPrefix)}
+	if !opts.DistinctPorts && !f.loopback && opts.Logger != nil {
+		opts.Logger.Warn("fleet: loopback aliases do not bind here; members use distinct ports on 127.0.0.1 and the common port is ignored",
+			"alias", opts.IPPrefix+"1", "port", opts.Port)
+	}
 	port := opts.Port
 	for i := 0; i < opts.Count; i++ {
 		cfg := opts.Base

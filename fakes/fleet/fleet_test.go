@@ -1,7 +1,9 @@
 package fleet
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -26,6 +28,11 @@ func TestStartValidation(t *testing.T) {
 		{"zero count", Options{Count: 0, Base: baseConfig()}, "Count"},
 		{"too many", Options{Count: 251, Base: baseConfig()}, "Count"},
 		{"no model", Options{Count: 1, Base: vllm.DefaultConfig()}, "model"},
+		{"garbage prefix", Options{Count: 1, Base: baseConfig(), IPPrefix: "garbage"}, "IPPrefix"},
+		{"no trailing dot", Options{Count: 1, Base: baseConfig(), IPPrefix: "127.0.10"}, "IPPrefix"},
+		{"two octets", Options{Count: 1, Base: baseConfig(), IPPrefix: "127.0."}, "IPPrefix"},
+		{"not loopback", Options{Count: 1, Base: baseConfig(), IPPrefix: "10.0.0."}, "IPPrefix"},
+		{"octet out of range", Options{Count: 1, Base: baseConfig(), IPPrefix: "127.0.300."}, "IPPrefix"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -83,5 +90,25 @@ func TestLayouts(t *testing.T) {
 		if f.Member(0).Running() {
 			t.Error("member 0 still running after Shutdown")
 		}
+	}
+}
+
+// TestFallbackWarns: where loopback aliases do not bind, the fleet falls back to distinct ports
+// and says so (the requested common port is ignored).
+func TestFallbackWarns(t *testing.T) {
+	orig := loopbackAliasesWork
+	loopbackAliasesWork = func(string) bool { return false }
+	t.Cleanup(func() { loopbackAliasesWork = orig })
+	var logs bytes.Buffer
+	f, err := Start(Options{Count: 2, Base: baseConfig(), Port: 18123, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if f.Loopback() {
+		t.Fatal("Loopback() = true with aliases that do not bind")
+	}
+	if out := logs.String(); !strings.Contains(out, "level=WARN") || !strings.Contains(out, "distinct ports") || !strings.Contains(out, "port=18123") {
+		t.Fatalf("logs %q, want a warning about the distinct-port fallback naming port 18123", out)
 	}
 }
