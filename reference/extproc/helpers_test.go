@@ -165,6 +165,7 @@ type fixture struct {
 	src    *staticSource
 	ms     *fakeMetrics
 	hooks  *hooks
+	d      *director.Director
 }
 
 // newFixture starts the ext_proc server over bufconn with three endpoints (10.0.0.1:8000 queue 0,
@@ -217,7 +218,7 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	return &fixture{t: t, client: extprocv3.NewExternalProcessorClient(conn), rt: rt, src: src, ms: ms, hooks: h}
+	return &fixture{t: t, client: extprocv3.NewExternalProcessorClient(conn), rt: rt, src: src, ms: ms, hooks: h, d: d}
 }
 
 // stream is a scripted ext_proc client stream.
