@@ -134,10 +134,12 @@ func ParseProfiles(s string) ([]Profile, error) {
 	return out, nil
 }
 
-// ParseFeatures parses a comma list of feature names ("all" = every feature).
+// ParseFeatures parses a comma list of feature names. "all" means every feature that at least
+// one registered test covers: claiming a feature no test checks would put an untested feature
+// into the report's supported list.
 func ParseFeatures(s string) ([]Feature, error) {
 	if strings.TrimSpace(s) == "all" {
-		return slices.Clone(AllFeatures), nil
+		return TestedFeatures(), nil
 	}
 	var out []Feature
 	for _, f := range splitList(s) {
@@ -154,6 +156,24 @@ func splitList(s string) []string {
 	for _, p := range strings.Split(s, ",") {
 		if p = strings.TrimSpace(p); p != "" {
 			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// TestedFeatures returns the features that at least one registered test covers, in the order of
+// AllFeatures.
+func TestedFeatures() []Feature {
+	covered := map[Feature]bool{}
+	for _, ct := range All() {
+		for _, f := range ct.Features {
+			covered[f] = true
+		}
+	}
+	var out []Feature
+	for _, f := range AllFeatures {
+		if covered[f] {
+			out = append(out, f)
 		}
 	}
 	return out

@@ -94,7 +94,7 @@ Exit codes: 0 all tests that ran passed, 1 a test failed, 2 the harness or targe
 	fl.StringVar(&f.source, "endpoint-source", "static", "how the target learns the pool: static (addresses on its command line) or apiserver (InferencePool + Pods on a local kube-apiserver)")
 	fl.StringVar(&f.profiles, "profiles", "all", "comma list of profiles to run and report (EPP, EPP-Routing, Reference) or all")
 	fl.StringVar(&f.supported, "supported-features", "", "comma list of extended features the implementation claims, or all")
-	fl.BoolVar(&f.allFeatures, "all-features", false, "claim every feature (same as --supported-features all)")
+	fl.BoolVar(&f.allFeatures, "all-features", false, "claim every feature that has tests (same as --supported-features all)")
 	fl.StringVar(&f.exempt, "exempt-features", "", "comma list of features whose tests are skipped even when supported")
 	fl.StringVar(&f.skip, "skip-tests", "", "comma list of test ShortNames to skip")
 	fl.StringVar(&f.runTest, "run-test", "", "run only the test with this ShortName")
