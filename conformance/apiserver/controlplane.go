@@ -145,9 +145,10 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (*ControlP
 	api := env.ControlPlane.GetAPIServer()
 	api.Path = opts.APIServerPath
 	api.Out, api.Err = apiLog, apiLog
-	// AlwaysAllow: the harness and the target both use the admin identity, and skipping RBAC
-	// evaluation keeps the apiserver lighter on a shared machine.
-	api.Configure().Set("authorization-mode", "AlwaysAllow")
+	// envtest's default authorization mode (RBAC) stays: kube-apiserver v1.37.2 turns anonymous
+	// auth off under AlwaysAllow ("AnonymousAuth is not allowed with the AlwaysAllow authorizer"),
+	// and envtest's readiness probe of /healthz is anonymous, so AlwaysAllow never becomes ready.
+	// The harness and the target use the admin identity (system:masters) either way.
 	env.ControlPlane.Etcd = &envtest.Etcd{}
 	env.ControlPlane.Etcd.Path = opts.EtcdPath
 	env.ControlPlane.Etcd.Out, env.ControlPlane.Etcd.Err = etcdLog, etcdLog
