@@ -21,9 +21,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strconv"
 	"testing"
 
+	"github.com/eppkit/eppkit/internal/testseed"
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"
 	"github.com/onsi/gomega/gexec"
@@ -50,17 +50,6 @@ var suite *conformance.Suite
 // selection claims every profile and feature: the reference EPP claims them all.
 var selection = conformance.Selection{Profiles: conformance.Profiles, SupportedFeatures: conformance.TestedFeatures()}
 
-func suiteSeed() int64 {
-	if s := os.Getenv("EPPKIT_SEED"); s != "" {
-		v, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			ginkgo.Fail(fmt.Sprintf("EPPKIT_SEED=%q is not an integer: %v", s, err))
-		}
-		return v
-	}
-	return ginkgo.GinkgoRandomSeed()
-}
-
 var _ = ginkgo.BeforeSuite(func(ctx context.Context) {
 	bin := os.Getenv("EPPKIT_BIN")
 	if bin == "" {
@@ -83,7 +72,7 @@ var _ = ginkgo.BeforeSuite(func(ctx context.Context) {
 	if configFile == "" {
 		configFile = defaultConfigFile
 	}
-	seed := suiteSeed()
+	seed := testseed.Seed()
 	suite, err = conformance.StartHarness(context.Background(), conformance.HarnessConfig{
 		Target: target, Source: source, Eppkit: bin, ConfigFile: configFile,
 		LogDir: ginkgo.GinkgoT().TempDir(), Timeouts: timeouts, Seed: seed,

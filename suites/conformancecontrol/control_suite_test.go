@@ -19,10 +19,10 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/eppkit/eppkit/internal/testseed"
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"
 	"github.com/onsi/gomega/gexec"
@@ -43,17 +43,6 @@ func TestConformanceControl(t *testing.T) {
 var mustFailWithRandomPicker = []string{"KVCacheAwareness", "LoRAAffinity", "PrefixCacheAffinity", "QueueAwareness"}
 
 var bin string
-
-func seed() int64 {
-	if s := os.Getenv("EPPKIT_SEED"); s != "" {
-		v, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			ginkgo.Fail(fmt.Sprintf("EPPKIT_SEED=%q is not an integer: %v", s, err))
-		}
-		return v
-	}
-	return ginkgo.GinkgoRandomSeed()
-}
 
 // configPath returns manifests/epp-configs/<name> from the module root.
 func configPath(name string) string {
@@ -77,7 +66,7 @@ func runRegistry(ctx context.Context, configFile string) map[string]conformance.
 	ginkgo.By("starting the reference EPP with " + filepath.Base(configFile))
 	target, err := conformance.NewCommandTarget("reference", conformance.ReferenceCommand)
 	gomega.Expect(err).NotTo(gomega.HaveOccurred())
-	s := seed()
+	s := testseed.Seed()
 	suite, err := conformance.StartHarness(ctx, conformance.HarnessConfig{
 		Target: target, Source: conformance.StaticSource{}, Eppkit: bin, ConfigFile: configFile,
 		LogDir: ginkgo.GinkgoT().TempDir(), Timeouts: conformance.DefaultTimeoutConfig(), Seed: s,

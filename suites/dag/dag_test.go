@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/eppkit/eppkit/internal/testseed"
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"
 	"github.com/onsi/gomega/gbytes"
@@ -104,7 +105,7 @@ var _ = ginkgo.Describe("PrepareData DAG ordering", ginkgo.Label("dag"), func() 
 
 	ginkgo.When("independent plugins are configured and registered in shuffled orders", func() {
 		ginkgo.It("should sort them identically, by name then type, on every start", func() {
-			seed := suiteSeed()
+			seed := testseed.Seed()
 			rng := rand.New(rand.NewPCG(uint64(seed), 0x5eed))
 			// Eight independent producers (of two types), two consumers in layer 1, one scorer.
 			mk := func() []framework.Plugin {

@@ -16,8 +16,6 @@ package dag_test
 
 import (
 	"fmt"
-	"os"
-	"strconv"
 	"testing"
 
 	"github.com/onsi/ginkgo/v2"
@@ -27,18 +25,6 @@ import (
 func TestDAG(t *testing.T) {
 	gomega.RegisterFailHandler(ginkgo.Fail)
 	ginkgo.RunSpecs(t, "PrepareData DAG suite")
-}
-
-// suiteSeed is EPPKIT_SEED when set, else ginkgo's random seed.
-func suiteSeed() int64 {
-	if s := os.Getenv("EPPKIT_SEED"); s != "" {
-		v, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			ginkgo.Fail(fmt.Sprintf("EPPKIT_SEED=%q is not an integer: %v", s, err))
-		}
-		return v
-	}
-	return ginkgo.GinkgoRandomSeed()
 }
 
 // repro is the failure annotation of a randomised spec: the seed and the command that reruns it.

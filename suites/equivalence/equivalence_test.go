@@ -3,6 +3,7 @@ package equivalence_test
 import (
 	"fmt"
 
+	"github.com/eppkit/eppkit/internal/testseed"
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"
 
@@ -10,7 +11,7 @@ import (
 )
 
 var _ = ginkgo.Describe("Prefix-cache scoring equivalence (SPEC §2.3)", ginkgo.Label("equivalence", "eppkit"), func() {
-	base := baseSeed()
+	base := testseed.Seed()
 
 	ginkgo.When("legacy-prefix-cache-scorer and approx-prefix-cache-producer + prefix-cache-scorer see the same randomised traffic", func() {
 		entries := make([]ginkgo.TableEntry, 0, numWorkloads)

@@ -7,10 +7,8 @@ import (
 	"log/slog"
 	"maps"
 	"math/rand/v2"
-	"os"
 	"reflect"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -30,18 +28,6 @@ const (
 	numWorkloads        = 20
 	requestsPerWorkload = 500
 )
-
-// baseSeed is EPPKIT_SEED when set, else ginkgo's random seed.
-func baseSeed() int64 {
-	if s := os.Getenv("EPPKIT_SEED"); s != "" {
-		v, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			ginkgo.Fail(fmt.Sprintf("EPPKIT_SEED=%q is not an integer: %v", s, err))
-		}
-		return v
-	}
-	return ginkgo.GinkgoRandomSeed()
-}
 
 // reproCommand reproduces one workload.
 func reproCommand(base int64, focus string) string {

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/eppkit/eppkit/internal/testseed"
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"
 
@@ -34,7 +35,7 @@ var _ = ginkgo.Describe("Fake vLLM fleet", ginkgo.Label("fakes"), func() {
 		ginkgo.BeforeEach(func() {
 			base := vllm.DefaultConfig()
 			base.Model = baseModel
-			base.Seed = suiteSeed()
+			base.Seed = testseed.Seed()
 			base.InterTokenLatency = vllm.Duration(2 * time.Millisecond)
 			base.LoraModules = []vllm.LoraModule{{Name: adapter}}
 			base.MaxLoras = 2
@@ -195,7 +196,7 @@ var _ = ginkgo.Describe("Fake vLLM fleet", ginkgo.Label("fakes"), func() {
 		ginkgo.It("should put every member on 127.0.0.1 with its own port", func() {
 			base := vllm.DefaultConfig()
 			base.Model = baseModel
-			base.Seed = suiteSeed()
+			base.Seed = testseed.Seed()
 			f, err := fleet.Start(fleet.Options{Count: 2, Base: base, DistinctPorts: true,
 				PerServer: func(i int, c *vllm.Config) { c.DPSize = 2 }})
 			gomega.Expect(err).NotTo(gomega.HaveOccurred())
@@ -220,7 +221,7 @@ var _ = ginkgo.Describe("Fake vLLM server", ginkgo.Label("fakes"), func() {
 			inst = startFake("--model", baseModel, "--port", strconv.Itoa(freePort()), "--max-loras", "2",
 				"--lora-modules", `{"name": "food-review-1"}`,
 				"--enable-kvcache", "--kv-cache-size", "1024", "--block-size", "16", "--mode", "echo",
-				"--seed", strconv.FormatInt(suiteSeed(), 10))
+				"--seed", strconv.FormatInt(testseed.Seed(), 10))
 		})
 
 		ginkgo.It("should list the base model and the adapter and echo through both", func() {

@@ -19,12 +19,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/eppkit/eppkit/internal/testseed"
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"
 	dto "github.com/prometheus/client_model/go"
@@ -51,21 +50,9 @@ func TestFakes(t *testing.T) {
 	ginkgo.RunSpecs(t, "Fake vLLM and fleet suite")
 }
 
-// suiteSeed is EPPKIT_SEED when set, else ginkgo's random seed.
-func suiteSeed() int64 {
-	if s := os.Getenv("EPPKIT_SEED"); s != "" {
-		v, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			ginkgo.Fail(fmt.Sprintf("EPPKIT_SEED=%q is not an integer: %v", s, err))
-		}
-		return v
-	}
-	return ginkgo.GinkgoRandomSeed()
-}
-
 var _ = ginkgo.JustAfterEach(func() {
 	if ginkgo.CurrentSpecReport().Failed() {
-		seed := suiteSeed()
+		seed := testseed.Seed()
 		ginkgo.GinkgoWriter.Printf("seed %d; reproduce with: EPPKIT_SEED=%d go run github.com/onsi/ginkgo/v2/ginkgo --race --label-filter=fakes --focus=%q ./suites/fakes\n",
 			seed, seed, ginkgo.CurrentSpecReport().LeafNodeText)
 	}

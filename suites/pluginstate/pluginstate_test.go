@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/eppkit/eppkit/internal/testseed"
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"
 )
@@ -30,7 +31,7 @@ var _ = ginkgo.Describe("Per-request plugin state of approx-prefix-cache-produce
 		ctx  context.Context
 	)
 	ginkgo.BeforeEach(func() {
-		seed = suiteSeed()
+		seed = testseed.Seed()
 		c, cancel := context.WithCancel(context.Background())
 		ginkgo.DeferCleanup(cancel)
 		ctx = c

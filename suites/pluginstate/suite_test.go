@@ -25,9 +25,9 @@ package pluginstate_test
 import (
 	"fmt"
 	"os"
-	"strconv"
 	"testing"
 
+	"github.com/eppkit/eppkit/internal/testseed"
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"
 )
@@ -35,18 +35,6 @@ import (
 func TestPluginState(t *testing.T) {
 	gomega.RegisterFailHandler(ginkgo.Fail)
 	ginkgo.RunSpecs(t, "Plugin state suite")
-}
-
-// suiteSeed is EPPKIT_SEED when set, else ginkgo's random seed.
-func suiteSeed() int64 {
-	if s := os.Getenv("EPPKIT_SEED"); s != "" {
-		v, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			ginkgo.Fail(fmt.Sprintf("EPPKIT_SEED=%q is not an integer: %v", s, err))
-		}
-		return v
-	}
-	return ginkgo.GinkgoRandomSeed()
 }
 
 // repro is the failure annotation of a spec: the seed and the command that reruns it.
@@ -57,6 +45,6 @@ func repro(seed int64, spec string) string {
 
 var _ = ginkgo.ReportAfterEach(func(r ginkgo.SpecReport) {
 	if r.Failed() {
-		fmt.Fprintf(os.Stderr, "pluginstate: %q failed; %s\n", r.LeafNodeText, repro(suiteSeed(), r.LeafNodeText))
+		fmt.Fprintf(os.Stderr, "pluginstate: %q failed; %s\n", r.LeafNodeText, repro(testseed.Seed(), r.LeafNodeText))
 	}
 })

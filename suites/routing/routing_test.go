@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 
+	"github.com/eppkit/eppkit/internal/testseed"
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"
 
@@ -14,7 +15,7 @@ import (
 var _ = ginkgo.Describe("Queue-aware picking", ginkgo.Label(suiteLabel), func() {
 	ginkgo.When("one endpoint has an empty waiting queue and the others 20", func() {
 		ginkgo.It("should send every new unique-prompt request to the empty-queue endpoint", func() {
-			r := rand.New(rand.NewPCG(uint64(suiteSeed()), 1))
+			r := rand.New(rand.NewPCG(uint64(testseed.Seed()), 1))
 			idle := r.IntN(fleetSize)
 			var queues [fleetSize]int
 			for i := range queues {
@@ -29,7 +30,7 @@ var _ = ginkgo.Describe("Queue-aware picking", ginkgo.Label(suiteLabel), func() 
 			ginkgo.By(fmt.Sprintf("sending %d requests with unique prompts; want every pick = %s (queues %v)", n, want, queues))
 			for i := range n {
 				ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
-				d, err := s.Exchange(ctx, completion(fmt.Sprintf("nonce-%d-%d-%d", suiteSeed(), i, r.Uint64()), nil))
+				d, err := s.Exchange(ctx, completion(fmt.Sprintf("nonce-%d-%d-%d", testseed.Seed(), i, r.Uint64()), nil))
 				cancel()
 				gomega.Expect(err).NotTo(gomega.HaveOccurred())
 				gomega.Expect(d.Immediate).To(gomega.BeNil())
@@ -61,7 +62,7 @@ var _ = ginkgo.Describe("Error recovery on one ext_proc stream", ginkgo.Label(su
 				pool[i] = m.Addr()
 			}
 			for i := range 3 {
-				d, err := s.Exchange(ctx, completion(fmt.Sprintf("after-400-%d-%d", suiteSeed(), i), nil))
+				d, err := s.Exchange(ctx, completion(fmt.Sprintf("after-400-%d-%d", testseed.Seed(), i), nil))
 				gomega.Expect(err).NotTo(gomega.HaveOccurred())
 				gomega.Expect(d.Immediate).To(gomega.BeNil(), "request %d after the 400 was refused", i+1)
 				gomega.Expect(pool).To(gomega.ContainElement(d.Pick()))
@@ -78,13 +79,13 @@ var _ = ginkgo.Describe("Request shedding", ginkgo.Label(suiteLabel), func() {
 			ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
 			defer cancel()
 			for i := range 5 {
-				d, err := s.Exchange(ctx, completion(fmt.Sprintf("shed-%d-%d", suiteSeed(), i),
+				d, err := s.Exchange(ctx, completion(fmt.Sprintf("shed-%d-%d", testseed.Seed(), i),
 					map[string]string{"x-gateway-inference-objective": sheddableObjective}))
 				gomega.Expect(err).NotTo(gomega.HaveOccurred())
 				gomega.Expect(d.Immediate).NotTo(gomega.BeNil(), "sheddable request %d was routed to %s", i+1, d.Pick())
 				gomega.Expect(d.Immediate.Status).To(gomega.Equal(429))
 
-				d, err = s.Exchange(ctx, completion(fmt.Sprintf("keep-%d-%d", suiteSeed(), i), nil))
+				d, err = s.Exchange(ctx, completion(fmt.Sprintf("keep-%d-%d", testseed.Seed(), i), nil))
 				gomega.Expect(err).NotTo(gomega.HaveOccurred())
 				gomega.Expect(d.Immediate).To(gomega.BeNil(), "priority-0 request %d was refused", i+1)
 			}

@@ -21,11 +21,10 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
-	"strconv"
 	"testing"
 	"time"
 
+	"github.com/eppkit/eppkit/internal/testseed"
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"
 	"google.golang.org/grpc"
@@ -70,21 +69,9 @@ func TestRouting(t *testing.T) {
 	ginkgo.RunSpecs(t, "Reference EPP routing suite")
 }
 
-// suiteSeed is EPPKIT_SEED when set, else ginkgo's random seed.
-func suiteSeed() int64 {
-	if s := os.Getenv("EPPKIT_SEED"); s != "" {
-		v, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			ginkgo.Fail(fmt.Sprintf("EPPKIT_SEED=%q is not an integer: %v", s, err))
-		}
-		return v
-	}
-	return ginkgo.GinkgoRandomSeed()
-}
-
 var _ = ginkgo.JustAfterEach(func() {
 	if ginkgo.CurrentSpecReport().Failed() {
-		seed := suiteSeed()
+		seed := testseed.Seed()
 		ginkgo.GinkgoWriter.Printf("seed %d; reproduce with: EPPKIT_SEED=%d go run github.com/onsi/ginkgo/v2/ginkgo --race --label-filter=%s --focus=%q ./suites/routing\n",
 			seed, seed, suiteLabel, ginkgo.CurrentSpecReport().LeafNodeText)
 	}
@@ -105,7 +92,7 @@ func startEnv(queues [fleetSize]int) *env {
 	ginkgo.By("starting a fleet of fake vLLM servers")
 	base := vllm.DefaultConfig()
 	base.Model = baseModel
-	base.Seed = suiteSeed()
+	base.Seed = testseed.Seed()
 	f, err := fleet.Start(fleet.Options{Count: fleetSize, Base: base})
 	gomega.Expect(err).NotTo(gomega.HaveOccurred())
 	ginkgo.DeferCleanup(f.Close)
@@ -131,7 +118,7 @@ func startEnv(queues [fleetSize]int) *env {
 	gomega.Expect(err).NotTo(gomega.HaveOccurred())
 	eppCtx, eppCancel := context.WithCancel(context.Background())
 	srv, err := eppserver.Start(eppCtx, eppserver.Options{Discovery: src, Collector: col, GRPCAddr: "127.0.0.1:0",
-		Seed: suiteSeed(), Logger: logger})
+		Seed: testseed.Seed(), Logger: logger})
 	gomega.Expect(err).NotTo(gomega.HaveOccurred())
 	ginkgo.DeferCleanup(func() {
 		eppCancel()
