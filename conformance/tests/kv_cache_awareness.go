@@ -1,6 +1,8 @@
 package tests
 
 import (
+	"math/rand/v2"
+
 	"github.com/eppkit/eppkit/conformance"
 	"github.com/eppkit/eppkit/fakes/vllm"
 )
@@ -29,27 +31,10 @@ func init() {
 }
 
 func runKVCacheAwareness(t conformance.TestingT, s *conformance.Suite) {
-	pool := requireEndpoints(t, s, 2)
-	r := s.Rand(t)
-	plan := conformance.MustPlan(t, conformance.Shape{
-		Outcome: "requests sent to the endpoint with the full KV cache", Tail: conformance.AtMost,
-		Compliant: conformance.Exploration, Random: 1 / float64(len(pool)), RuleRate: kvRuleRate,
+	runLoadedEndpointAvoided(t, s, "the full KV cache", kvRuleRate, func(r *rand.Rand, isLoaded bool) vllm.FakeMetrics {
+		if isLoaded {
+			return vllm.FakeMetrics{RunningRequests: 2, KVCacheUsage: kvFull + (1-kvFull)*r.Float64()}
+		}
+		return vllm.FakeMetrics{RunningRequests: 2, KVCacheUsage: kvLowMax * r.Float64()}
 	})
-	loaded := pool[r.IntN(len(pool))]
-	mk := func() (string, []byte) {
-		return pathCompletions, completionBody(s.ModelName, uniquePrompt(s, t, r, 24), nil)
-	}
-	t.Cleanup(func() { restoreRouting(t, s, loaded, mk) })
-
-	pins := map[string]vllm.FakeMetrics{}
-	for _, a := range pool {
-		pins[a] = vllm.FakeMetrics{RunningRequests: 2, KVCacheUsage: kvLowMax * r.Float64()}
-	}
-	pins[loaded] = vllm.FakeMetrics{RunningRequests: 2, KVCacheUsage: kvFull + (1-kvFull)*r.Float64()}
-	pinAll(t, s, pins)
-	awaitObserved(t, s, "the full KV cache on "+loaded, mk, func(ep string) bool { return ep != loaded })
-
-	eps := sendAll(t, s, plan.N, func(int) (string, []byte) { return mk() })
-	t.Logf("loaded endpoint %s; picks: %v", loaded, histogram(eps))
-	plan.Check(t, s, count(eps, loaded), len(eps))
 }

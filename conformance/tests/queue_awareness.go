@@ -1,6 +1,8 @@
 package tests
 
 import (
+	"math/rand/v2"
+
 	"github.com/eppkit/eppkit/conformance"
 	"github.com/eppkit/eppkit/fakes/vllm"
 )
@@ -29,28 +31,10 @@ func init() {
 }
 
 func runQueueAwareness(t conformance.TestingT, s *conformance.Suite) {
-	pool := requireEndpoints(t, s, 2)
-	r := s.Rand(t)
-	plan := conformance.MustPlan(t, conformance.Shape{
-		Outcome: "requests sent to the endpoint with the deep queue", Tail: conformance.AtMost,
-		Compliant: conformance.Exploration, Random: 1 / float64(len(pool)), RuleRate: queueRuleRate,
+	runLoadedEndpointAvoided(t, s, "the deep queue", queueRuleRate, func(r *rand.Rand, isLoaded bool) vllm.FakeMetrics {
+		if isLoaded {
+			return vllm.FakeMetrics{RunningRequests: 2, WaitingRequests: int64(queueDeep + r.IntN(10)), KVCacheUsage: 0.1}
+		}
+		return vllm.FakeMetrics{RunningRequests: 2, WaitingRequests: 0, KVCacheUsage: 0.1}
 	})
-	loaded := pool[r.IntN(len(pool))]
-	mk := func() (string, []byte) {
-		return pathCompletions, completionBody(s.ModelName, uniquePrompt(s, t, r, 24), nil)
-	}
-	// Registered before the pins, so it runs after they are undone (Cleanup is last-in first-out).
-	t.Cleanup(func() { restoreRouting(t, s, loaded, mk) })
-
-	pins := map[string]vllm.FakeMetrics{}
-	for _, a := range pool {
-		pins[a] = vllm.FakeMetrics{RunningRequests: 2, WaitingRequests: 0, KVCacheUsage: 0.1}
-	}
-	pins[loaded] = vllm.FakeMetrics{RunningRequests: 2, WaitingRequests: int64(queueDeep + r.IntN(10)), KVCacheUsage: 0.1}
-	pinAll(t, s, pins)
-	awaitObserved(t, s, "the deep queue on "+loaded, mk, func(ep string) bool { return ep != loaded })
-
-	eps := sendAll(t, s, plan.N, func(int) (string, []byte) { return mk() })
-	t.Logf("loaded endpoint %s; picks: %v", loaded, histogram(eps))
-	plan.Check(t, s, count(eps, loaded), len(eps))
 }

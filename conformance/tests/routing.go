@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"strings"
 	"sync"
@@ -200,4 +201,37 @@ func histogram(eps []string) map[string]int {
 		h[e]++
 	}
 	return h
+}
+
+// runLoadedEndpointAvoided is the shape of the load-awareness rules (SPEC §6 QueueAwareness,
+// KVCacheAwareness): one endpoint, drawn at random, is pinned to the metrics pin(r, true) returns
+// and every other to pin(r, false); once the EPP is seen avoiding it, new unique-prompt requests
+// must reach it at most ruleRate of the time, with the sample size and threshold of a
+// conformance.Plan. what names the load in messages ("the deep queue").
+func runLoadedEndpointAvoided(t conformance.TestingT, s *conformance.Suite, what string, ruleRate float64,
+	pin func(r *rand.Rand, loaded bool) vllm.FakeMetrics) {
+	pool := requireEndpoints(t, s, 2)
+	r := s.Rand(t)
+	plan := conformance.MustPlan(t, conformance.Shape{
+		Outcome: "requests sent to the endpoint with " + what, Tail: conformance.AtMost,
+		Compliant: conformance.Exploration, Random: 1 / float64(len(pool)), RuleRate: ruleRate,
+	})
+	loaded := pool[r.IntN(len(pool))]
+	mk := func() (string, []byte) {
+		return pathCompletions, completionBody(s.ModelName, uniquePrompt(s, t, r, 24), nil)
+	}
+	// Registered before the pins, so it runs after they are undone (Cleanup is last-in first-out).
+	t.Cleanup(func() { restoreRouting(t, s, loaded, mk) })
+
+	pins := map[string]vllm.FakeMetrics{}
+	for _, a := range pool {
+		pins[a] = pin(r, false)
+	}
+	pins[loaded] = pin(r, true)
+	pinAll(t, s, pins)
+	awaitObserved(t, s, what+" on "+loaded, mk, func(ep string) bool { return ep != loaded })
+
+	eps := sendAll(t, s, plan.N, func(int) (string, []byte) { return mk() })
+	t.Logf("loaded endpoint %s; picks: %v", loaded, histogram(eps))
+	plan.Check(t, s, count(eps, loaded), len(eps))
 }
