@@ -97,7 +97,8 @@ const (
 	InferenceObjectiveCRD = "inference.networking.x-k8s.io_inferenceobjectives.yaml"
 )
 
-// Tools are the pinned builds, by name.
+// Tools are the pinned builds, by name (the name given to `eppkit tools build`). The key is the
+// tool's Name except where one upstream module has several pinned versions (gie-v1.6.0).
 var Tools = map[string]Tool{
 	"k8s": {
 		Name: "k8s", Version: "v1.37.2",
@@ -123,7 +124,24 @@ var Tools = map[string]Tool{
 			{Name: "epp", Package: GIEModule + "/cmd/epp", LDFlags: "-s -w"},
 		},
 	},
+	// One module holds one GIE version, so v1.6.0 is a tool of its own (key "gie-v1.6.0", module
+	// tools/gie-v1.6.0, cache gie-v1.6.0/). v1.6.0 no longer ships cmd/epp; its cmd/lwepp is the
+	// lightweight round-robin endpoint picker (pkg/lwepp) used by the interop runs (make interop).
+	GIE160Tool: {
+		Name: "gie", Version: GIE160Version,
+		Description: "the upstream lightweight endpoint picker (cmd/lwepp, round-robin, no body parsing) of " +
+			GIEModule + " " + GIE160Version,
+		Artifacts: []Artifact{
+			{Name: "lwepp", Package: GIEModule + "/cmd/lwepp", LDFlags: "-s -w"},
+		},
+	},
 }
+
+// GIE160Tool is the Tools key of the GIE v1.6.0 build (cmd/lwepp), and GIE160Version its version.
+const (
+	GIE160Tool    = "gie-v1.6.0"
+	GIE160Version = "v1.6.0"
+)
 
 // Names lists the tool names, sorted.
 func Names() []string {
@@ -189,7 +207,7 @@ func Path(tool, artifact string) (string, error) {
 	p := filepath.Join(dir, a.Name)
 	if _, err := os.Stat(p); err != nil {
 		return p, fmt.Errorf("%s %s of %s-%s is %w (run `eppkit tools build %s --only %s` or `make tools`): %s",
-			kindWord(a), a.Name, t.Name, t.Version, ErrNotBuilt, t.Name, a.Name, p)
+			kindWord(a), a.Name, t.Name, t.Version, ErrNotBuilt, tool, a.Name, p)
 	}
 	return p, nil
 }

@@ -70,8 +70,9 @@ func TestCacheRootAndPath(t *testing.T) {
 		t.Fatalf("Path = %q, %v; want %q", got, err, want)
 	}
 	for _, tc := range []struct{ tool, artifact, wantErr string }{
-		{"nope", "x", `unknown tool "nope" (have gie, k8s)`},
+		{"nope", "x", `unknown tool "nope" (have gie, gie-v1.6.0, k8s)`},
 		{"k8s", "kubelet", `tool k8s has no artifact "kubelet"`},
+		{"gie-v1.6.0", "epp", `tool gie-v1.6.0 has no artifact "epp"`},
 	} {
 		if _, err := Path(tc.tool, tc.artifact); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 			t.Errorf("Path(%q, %q) error = %v, want %q", tc.tool, tc.artifact, err, tc.wantErr)
@@ -122,5 +123,31 @@ func TestBuildExtractsCRDs(t *testing.T) {
 	res, err = Build(t.Context(), "gie", BuildOptions{RepoRoot: root, Only: []string{CRDsArtifact}})
 	if err != nil || len(res) != 1 || !res[0].Skipped {
 		t.Fatalf("second Build = %+v, %v; want skipped", res, err)
+	}
+}
+
+// TestSecondVersionOfOneModule: gie-v1.6.0 is keyed apart from gie but is still the module
+// tools/gie-v1.6.0 cached under gie-v1.6.0/, and a missing artifact names the key to build.
+func TestSecondVersionOfOneModule(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("EPPKIT_TOOLS_CACHE", dir)
+	for key, tool := range Tools {
+		if key != tool.Name && key != tool.Name+"-"+tool.Version {
+			t.Errorf("Tools[%q] is %s %s: the key must be the name or name-version", key, tool.Name, tool.Version)
+		}
+	}
+	lw, err := Lookup(GIE160Tool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := lw.Dir(), filepath.Join("tools", "gie-v1.6.0"); got != want {
+		t.Errorf("Dir = %q, want %q", got, want)
+	}
+	p, err := Path(GIE160Tool, "lwepp")
+	if !errors.Is(err, ErrNotBuilt) || !strings.Contains(err.Error(), "eppkit tools build gie-v1.6.0 --only lwepp") {
+		t.Fatalf("Path of a missing lwepp: err = %v, want ErrNotBuilt naming `eppkit tools build gie-v1.6.0 --only lwepp`", err)
+	}
+	if want := filepath.Join(dir, "gie-v1.6.0", "lwepp"); p != want {
+		t.Errorf("Path = %q, want %q", p, want)
 	}
 }
