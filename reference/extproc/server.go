@@ -248,6 +248,7 @@ func (st *stream) schedule() error {
 	if res.RequestIDGenerated {
 		set = append(set, header(director.HeaderRequestID, res.Request.RequestID))
 	}
+	set = append(set, resultHeaders(res.Scheduling)...)
 	hdrResp := &extprocv3.ProcessingResponse{
 		Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{
 			Response: &extprocv3.CommonResponse{

@@ -11,6 +11,11 @@ type ProfileRunResult struct {
 type SchedulingResult struct {
 	ProfileResults     map[string]*ProfileRunResult
 	PrimaryProfileName string
+	// RequestHeaders are headers the profile handler asks to set on the forwarded request, keys
+	// lower case (for example disagg-profile-handler's x-prefiller-host-port). Upstream plugins
+	// write them into the request's headers and GIE v1.5.0 sets every non-system header back
+	// (pkg/epp/handlers/request.go generateHeaders); eppkit names them explicitly instead.
+	RequestHeaders map[string]string
 }
 
 // Primary returns the primary profile's result, or nil.

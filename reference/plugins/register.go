@@ -4,6 +4,7 @@ package plugins
 import (
 	"github.com/eppkit/eppkit/reference/framework"
 	"github.com/eppkit/eppkit/reference/plugins/filters"
+	"github.com/eppkit/eppkit/reference/plugins/latency"
 	"github.com/eppkit/eppkit/reference/plugins/legacyprefix"
 	"github.com/eppkit/eppkit/reference/plugins/pickers"
 	"github.com/eppkit/eppkit/reference/plugins/prefix"
@@ -11,15 +12,20 @@ import (
 	"github.com/eppkit/eppkit/reference/plugins/scorers"
 )
 
-// RegisterAll registers every reference plugin type in reg and the default producer of
-// prefix.PrefixCacheMatchInfoKey (approx-prefix-cache-producer):
+// RegisterAll registers every reference plugin type in reg and the default producers of
+// prefix.PrefixCacheMatchInfoKey (approx-prefix-cache-producer) and
+// latency.LatencyPredictionInfoKey (predicted-latency-producer, whose predictor comes from
+// latency.DefaultPredictorFactory):
 //
 //	approx-prefix-cache-producer, prefix-cache-scorer              (plugins/prefix)
 //	queue-scorer, running-requests-size-scorer,
 //	kv-cache-utilization-scorer, lora-affinity-scorer              (plugins/scorers)
 //	header-based-testing-filter, lora-affinity-filter              (plugins/filters)
 //	max-score-picker, random-picker, weighted-random-picker        (plugins/pickers)
-//	single-profile-handler                                         (plugins/profiles)
+//	single-profile-handler, latency-fallback-profile-handler,
+//	disagg-profile-handler                                         (plugins/profiles)
+//	predicted-latency-producer, prefix-cache-affinity-filter,
+//	slo-headroom-tier-filter, latency-scorer, latency-slo-admitter (plugins/latency)
 //	legacy-prefix-cache-scorer                                     (plugins/legacyprefix)
 //
 // It panics when a type is already registered in reg: that is a programming error (register
@@ -31,6 +37,7 @@ func RegisterAll(reg *framework.Registry) {
 		filters.Register,
 		pickers.Register,
 		profiles.Register,
+		func(r *framework.Registry) error { return latency.Register(r, latency.DefaultPredictorFactory) },
 	} {
 		if err := register(reg); err != nil {
 			panic(err)

@@ -28,14 +28,21 @@ var _ framework.ProfileHandler = (*SingleProfileHandler)(nil)
 
 type noParams struct{}
 
-// Register adds single-profile-handler to reg.
+// Register adds single-profile-handler, latency-fallback-profile-handler and
+// disagg-profile-handler to reg. It returns the first registration error.
 func Register(reg *framework.Registry) error {
-	return reg.Register(SingleProfileHandlerType, func(name string, params json.RawMessage, _ framework.Handle) (framework.Plugin, error) {
+	if err := reg.Register(SingleProfileHandlerType, func(name string, params json.RawMessage, _ framework.Handle) (framework.Plugin, error) {
 		if err := framework.DecodeParameters(params, &noParams{}); err != nil {
 			return nil, err
 		}
 		return NewSingleProfileHandler(name), nil
-	})
+	}); err != nil {
+		return err
+	}
+	if err := reg.Register(LatencyFallbackProfileHandlerType, fallbackFactory); err != nil {
+		return err
+	}
+	return reg.Register(DisaggProfileHandlerType, disaggFactory)
 }
 
 // NewSingleProfileHandler returns the handler (name "" means the type).
