@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/eppkit/eppkit/internal/mutant"
 	"github.com/eppkit/eppkit/reference/framework"
 )
 
@@ -30,6 +31,10 @@ func StatusFor(err error) int {
 	}
 	for _, row := range statusTable {
 		if errors.Is(err, row.err) {
+			if mutant.Enabled && (mutant.On(mutant.NoEndpoints500) && row.err == framework.ErrNoEndpoints ||
+				mutant.On(mutant.BadRequest500) && row.err == framework.ErrBadRequest) {
+				return http.StatusInternalServerError
+			}
 			return row.status
 		}
 	}

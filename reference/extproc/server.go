@@ -30,6 +30,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/eppkit/eppkit/internal/mutant"
 	"github.com/eppkit/eppkit/reference/director"
 	"github.com/eppkit/eppkit/reference/framework"
 )
@@ -91,7 +92,11 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 			}
 			return status.Errorf(codes.Unknown, "ext_proc: receive: %v", err)
 		}
-		if err := st.handle(msg); err != nil {
+		err = st.handle(msg)
+		if mutant.Enabled && err == nil && st.refused && (mutant.On(mutant.StreamClosedAfterRefuse) || mutant.On(mutant.RefusalBreaksStream)) {
+			return mutantEndAfterRefusal()
+		}
+		if err != nil {
 			var pe protocolError
 			if errors.As(err, &pe) {
 				// The gateway broke the ext_proc protocol: end this stream with a precise status
@@ -116,6 +121,8 @@ type stream struct {
 	srv extprocv3.ExternalProcessor_ProcessServer
 	ctx context.Context
 	cur *request
+	// refused is set when the stream sent an ImmediateResponse (read only by mutant hooks).
+	refused bool
 }
 
 // request is the state of the request the stream is carrying.
@@ -237,18 +244,22 @@ func (st *stream) schedule() error {
 		}
 		code, body := director.ErrorJSON(err)
 		st.s.logger.Info("ext_proc: request refused", "status", code, "requestID", r.headers[director.HeaderRequestID], "error", err.Error())
+		st.refused = true
 		return st.srv.Send(immediateResponse(code, body, director.CodeFor(err)))
 	}
 	r.res = res
 	dest := res.Destination()
 	set := []*corev3.HeaderValueOption{header(DestinationEndpointKey, dest)}
 	if res.Body != nil {
-		set = append(set, header("Content-Length", strconv.Itoa(len(res.Body))))
+		set = append(set, header("Content-Length", strconv.Itoa(len(res.Body)+mutantLengthDelta())))
 	}
-	if res.RequestIDGenerated {
+	if res.RequestIDGenerated && !(mutant.Enabled && mutant.On(mutant.RequestIDMissing)) {
 		set = append(set, header(director.HeaderRequestID, res.Request.RequestID))
 	}
 	set = append(set, resultHeaders(res.Scheduling)...)
+	if mutant.Enabled && mutant.On(mutant.InputHeadersEchoed) && r.headers[director.HeaderObjective] != "" {
+		set = append(set, header(director.HeaderObjective, r.headers[director.HeaderObjective]))
+	}
 	hdrResp := &extprocv3.ProcessingResponse{
 		Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{
 			Response: &extprocv3.CommonResponse{
@@ -256,7 +267,7 @@ func (st *stream) schedule() error {
 				HeaderMutation:  &extprocv3.HeaderMutation{SetHeaders: set},
 			},
 		}},
-		DynamicMetadata: destinationMetadata(dest),
+		DynamicMetadata: destinationMetadata(mutantMetadataDest(dest)),
 	}
 	if err := st.srv.Send(hdrResp); err != nil {
 		return err
@@ -266,7 +277,11 @@ func (st *stream) schedule() error {
 		return nil
 	}
 	// An empty body (a body phase with no bytes) is answered with one empty end_of_stream chunk.
-	for _, chunk := range chunks(res.Body, BodyChunkLimit) {
+	limit := BodyChunkLimit
+	if mutant.Enabled && mutant.On(mutant.BodyNotChunked) {
+		limit = max(len(res.Body), 1)
+	}
+	for _, chunk := range chunks(res.Body, limit) {
 		if err := st.srv.Send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
 			RequestBody: &extprocv3.BodyResponse{Response: streamedBody(chunk.data, chunk.last)}}}); err != nil {
 			return err

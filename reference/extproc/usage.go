@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"math"
 
+	"github.com/eppkit/eppkit/internal/mutant"
 	"github.com/eppkit/eppkit/reference/framework"
 )
 
@@ -52,6 +53,9 @@ func (p *UsageParser) Write(chunk []byte) {
 		i := bytes.IndexByte(chunk, '\n')
 		if i < 0 {
 			p.appendLine(chunk)
+			if mutant.Enabled && mutant.On(mutant.UsageSplitDonePanics) {
+				mutantPanicOnSplitDone(p.buf)
+			}
 			return
 		}
 		p.appendLine(chunk[:i])

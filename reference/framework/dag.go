@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/eppkit/eppkit/internal/mutant"
 )
 
 // The PrepareData dependency graph (SPEC §1.1). Upstream builds it in
@@ -127,6 +129,10 @@ func lessTN(a, b TypedName) bool {
 }
 
 func sortNodes(ns []*dataNode) {
+	if mutant.Enabled && mutant.On(mutant.DAGMapOrder) {
+		mutantMapOrder(ns)
+		return
+	}
 	sort.Slice(ns, func(i, j int) bool { return lessTN(ns[i].tn, ns[j].tn) })
 }
 
@@ -269,7 +275,7 @@ func buildDataGraph(r *Runtime) (*dataGraph, error) {
 		if order[i].layer != order[j].layer {
 			return order[i].layer < order[j].layer
 		}
-		return lessTN(order[i].tn, order[j].tn)
+		return lessTN(order[i].tn, order[j].tn) && !(mutant.Enabled && mutant.On(mutant.DAGMapOrder))
 	})
 	return &dataGraph{order: order}, nil
 }

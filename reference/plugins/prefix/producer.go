@@ -12,6 +12,7 @@ import (
 
 	"k8s.io/utils/clock"
 
+	"github.com/eppkit/eppkit/internal/mutant"
 	"github.com/eppkit/eppkit/reference/framework"
 )
 
@@ -286,6 +287,9 @@ func (p *Producer) PrepareRequestData(ctx context.Context, req *framework.LLMReq
 		p.logger.Warn("request has no ID; its prefix state is not kept and PreRequest will not index it",
 			"plugin", p.typedName.String())
 		return nil
+	}
+	if mutant.Enabled && mutant.On(mutant.PluginStateScoreOnly) {
+		return nil // the pre-GIE-PR-#2005 defect: no state for PreRequest unless a scorer writes it
 	}
 	p.state.Write(req.RequestID, p.stateKey, &RequestState{Hashes: hashes, Matches: matches, BlockSizeTokens: blockSize})
 	return nil

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"math"
 
+	"github.com/eppkit/eppkit/internal/mutant"
 	"github.com/eppkit/eppkit/reference/framework"
 )
 
@@ -77,6 +78,9 @@ func (s *Scorer) Score(_ context.Context, _ *framework.CycleState, _ *framework.
 			continue
 		}
 		out[ep.Key()] = MatchScore(ep)
+		if mutant.Enabled && mutant.On(mutant.PrefixAffinityOff) {
+			out[ep.Key()] = 0
+		}
 	}
 	return out
 }

@@ -115,7 +115,7 @@ func (s *MinMaxScorer) Score(_ context.Context, _ *framework.CycleState, _ *fram
 		}
 		out[ep.Key()] = float64(hi-s.metric(metricsOf(ep))) / float64(hi-lo)
 	}
-	return out
+	return mutantFlatten(s.typedName.Type, out)
 }
 
 // KVCacheScorer is kv-cache-utilization-scorer: 1 − KVCacheUsage, clamped to [0,1] (a usage
@@ -142,7 +142,7 @@ func (s *KVCacheScorer) Score(_ context.Context, _ *framework.CycleState, _ *fra
 		}
 		out[ep.Key()] = 1 - min(max(u, 0), 1)
 	}
-	return out
+	return mutantFlatten(s.typedName.Type, out)
 }
 
 // LoRAAffinityScorer is lora-affinity-scorer (GIE v1.5.0 loraaffinity/lora_affinity.go), for the
@@ -174,7 +174,7 @@ func (s *LoRAAffinityScorer) Score(_ context.Context, _ *framework.CycleState, r
 	for _, ep := range endpoints {
 		out[ep.Key()] = LoRAAffinity(metricsOf(ep), model)
 	}
-	return out
+	return mutantFlatten(s.typedName.Type, out)
 }
 
 // LoRAAffinity returns the lora-affinity-scorer tier of one endpoint's metrics for a model.
