@@ -60,6 +60,12 @@ type HarnessConfig struct {
 	DistinctPorts bool
 	// Logger receives harness progress; nil discards.
 	Logger *slog.Logger
+	// FleetOverride, when set, adjusts member i's configuration after the harness's own settings
+	// (eppkit bench sets the frozen latency profile of SPEC §7 and the KV sizing here).
+	FleetOverride func(i int, c *vllm.Config)
+	// NoTarget starts no endpoint source and no EPP: the gateway runs in round-robin mode over
+	// the fleet (the benchmark baseline). Target and Source are then ignored.
+	NoTarget bool
 }
 
 // HarnessError says which stage of StartHarness failed; the CLI exits 2 on it.
@@ -79,7 +85,7 @@ func (e *HarnessError) Unwrap() error { return e.Err }
 // is ready (gRPC health SERVING and a first pick inside the pool), and returns the Suite. Close
 // it with Suite.Close. Errors are *HarnessError.
 func StartHarness(ctx context.Context, cfg HarnessConfig) (s *Suite, err error) {
-	if cfg.Target == nil || cfg.Source == nil {
+	if !cfg.NoTarget && (cfg.Target == nil || cfg.Source == nil) {
 		return nil, &HarnessError{Stage: "config", Err: errors.New("Target and Source are required")}
 	}
 	if cfg.Timeouts == (TimeoutConfig{}) {
@@ -98,8 +104,12 @@ func StartHarness(ctx context.Context, cfg HarnessConfig) (s *Suite, err error) 
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s = &Suite{Timeouts: cfg.Timeouts, Seed: cfg.Seed, ModelName: cfg.ModelName, TargetTLS: cfg.TargetTLS,
-		TargetName: cfg.Target.Name(), target: cfg.Target, source: cfg.Source}
+	s = &Suite{Timeouts: cfg.Timeouts, Seed: cfg.Seed, ModelName: cfg.ModelName, TargetTLS: cfg.TargetTLS}
+	if cfg.NoTarget {
+		s.TargetName = gateway.ModeRoundRobin.String()
+	} else {
+		s.TargetName, s.target, s.source = cfg.Target.Name(), cfg.Target, cfg.Source
+	}
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -128,6 +138,9 @@ func StartHarness(ctx context.Context, cfg HarnessConfig) (s *Suite, err error) 
 			for _, a := range s.LoRAAdapters[i] {
 				c.LoraModules = append(c.LoraModules, vllm.LoraModule{Name: a})
 			}
+			if cfg.FleetOverride != nil {
+				cfg.FleetOverride(i, c)
+			}
 		},
 	})
 	if err != nil {
@@ -137,6 +150,15 @@ func StartHarness(ctx context.Context, cfg HarnessConfig) (s *Suite, err error) 
 	defer cancel()
 	if err := s.Fleet.WaitHealthy(fctx); err != nil {
 		return s, &HarnessError{Stage: "fleet", Err: err}
+	}
+
+	if cfg.NoTarget {
+		s.Gateway, err = gateway.New(gateway.Config{Mode: gateway.ModeRoundRobin, Endpoints: s.Endpoints(),
+			MessageTimeout: cfg.Timeouts.Request.D(), Logger: log})
+		if err != nil {
+			return s, &HarnessError{Stage: "gateway", Err: err}
+		}
+		return s, nil
 	}
 
 	// Endpoint source.
