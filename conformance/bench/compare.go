@@ -1,0 +1,169 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/eppkit/eppkit/conformance"
+)
+
+// TargetRoundRobin names the baseline: the gateway stand-in without an EPP.
+const TargetRoundRobin = "round-robin"
+
+// CompareTarget is one policy of a comparison.
+type CompareTarget struct {
+	// Name labels the policy in the table.
+	Name string
+	// Target and Source start its EPP; a nil Target is the round-robin gateway.
+	Target conformance.Target
+	Source conformance.EndpointSource
+	// ConfigFile is its EndpointPickerConfig ("" = the EPP's default).
+	ConfigFile string
+}
+
+// CompareRow is one policy's line of the comparison table. Ratios are against the baseline (the
+// first result, round-robin), at the comparison step.
+type CompareRow struct {
+	Target string `json:"target"`
+	// At the comparison step: TTFT (ms), output throughput (tok/s), failed requests, machine CPU
+	// (%) and whether the step is valid (CPU < 80%).
+	MeanTTFTMs       float64 `json:"mean_ttft_ms"`
+	P90TTFTMs        float64 `json:"p90_ttft_ms"`
+	OutputThroughput float64 `json:"output_throughput"`
+	Failed           int     `json:"failed"`
+	CPUPercent       float64 `json:"cpu_percent"`
+	Valid            bool    `json:"valid"`
+	CachedFraction   float64 `json:"cached_fraction"`
+	// P90Speedup is baseline p90 TTFT ÷ this p90 TTFT (> 1 is better); ThroughputRatio is this
+	// output throughput ÷ the baseline's; OracleRatio is this mean TTFT ÷ the oracle bound's mean.
+	P90Speedup      float64 `json:"p90_speedup"`
+	ThroughputRatio float64 `json:"throughput_ratio"`
+	OracleRatio     float64 `json:"oracle_ratio"`
+	// MaxSustainedRate is the highest valid, sustained ladder rate (0 = none);
+	// MaxSustainedThroughput its output throughput and MaxSustainedRatio that ÷ the baseline's.
+	MaxSustainedRate       float64 `json:"max_sustained_rate"`
+	MaxSustainedThroughput float64 `json:"max_sustained_throughput"`
+	MaxSustainedRatio      float64 `json:"max_sustained_ratio"`
+}
+
+// Comparison is the outcome of Compare.
+type Comparison struct {
+	// Results are per policy, in order; the first is the baseline.
+	Results []*Result `json:"results"`
+	// Step is the comparison step: the highest step the baseline sustains with a valid CPU
+	// reading, else the highest step it sustains, else step 0. StepReason says which.
+	Step       int          `json:"step"`
+	StepReason string       `json:"step_reason"`
+	Rows       []CompareRow `json:"rows"`
+	// Skipped maps a policy to why it did not run.
+	Skipped map[string]string `json:"skipped,omitempty"`
+}
+
+// Compare runs cfg against each target in turn, each on a fresh environment (fleet, source, EPP,
+// gateway) with the same plan, and builds the table. A target that fails to start or dies is
+// recorded in Skipped and the others still run; only ctx ending stops the comparison.
+func Compare(ctx context.Context, cfg RunConfig, targets []CompareTarget, log io.Writer) (*Comparison, error) {
+	c := &Comparison{Skipped: map[string]string{}}
+	for _, t := range targets {
+		rc := cfg
+		rc.Env.Name, rc.Env.Target, rc.Env.Source, rc.Env.ConfigFile = t.Name, t.Target, t.Source, t.ConfigFile
+		if rc.Env.LogDir != "" {
+			rc.Env.LogDir = rc.Env.LogDir + "/" + fileName(t.Name)
+		}
+		if log != nil {
+			fmt.Fprintf(log, "== %s: fresh fleet of %d, load average %s\n", t.Name, max(rc.Env.FleetSize, 1), LoadAverage())
+		}
+		r, err := Run(ctx, rc)
+		if ctx.Err() != nil {
+			return c, ctx.Err()
+		}
+		if err != nil {
+			c.Skipped[t.Name] = err.Error()
+			if log != nil {
+				fmt.Fprintf(log, "== %s: skipped: %v\n", t.Name, err)
+			}
+			continue
+		}
+		c.Results = append(c.Results, r)
+	}
+	c.build()
+	return c, nil
+}
+
+// build chooses the comparison step and fills Rows.
+func (c *Comparison) build() {
+	c.Rows = nil
+	if len(c.Results) == 0 {
+		return
+	}
+	base := c.Results[0]
+	c.Step, c.StepReason = 0, "the baseline sustains no step; step 0 is used"
+	for i := len(base.Steps) - 1; i >= 0; i-- {
+		if base.Steps[i].Sustained && base.Steps[i].Valid {
+			c.Step, c.StepReason = i, "the highest step the baseline sustains with CPU under 80%"
+			break
+		}
+	}
+	if c.StepReason != "the highest step the baseline sustains with CPU under 80%" {
+		for i := len(base.Steps) - 1; i >= 0; i-- {
+			if base.Steps[i].Sustained {
+				c.Step, c.StepReason = i, "the highest step the baseline sustains (its CPU reading is not under 80%: not a valid step)"
+				break
+			}
+		}
+	}
+	for _, r := range c.Results {
+		row := CompareRow{Target: r.Target}
+		if c.Step < len(r.Steps) {
+			s := r.Steps[c.Step]
+			row.MeanTTFTMs, row.P90TTFTMs = s.Metrics.TTFT.Mean, s.Metrics.TTFT.Percentiles["p90"]
+			row.OutputThroughput, row.Failed, row.CPUPercent, row.Valid = s.Metrics.OutputThroughput, s.Metrics.Failed, s.CPUPercent, s.Valid
+			row.CachedFraction, row.OracleRatio = s.Metrics.CachedTokenFraction, s.OracleRatio
+		}
+		for i := len(r.Steps) - 1; i >= 0; i-- {
+			if r.Steps[i].Sustained && r.Steps[i].Valid {
+				row.MaxSustainedRate, row.MaxSustainedThroughput = r.Steps[i].Rate, r.Steps[i].Metrics.OutputThroughput
+				break
+			}
+		}
+		c.Rows = append(c.Rows, row)
+	}
+	b := c.Rows[0]
+	for i := range c.Rows {
+		r := &c.Rows[i]
+		if r.P90TTFTMs > 0 {
+			r.P90Speedup = b.P90TTFTMs / r.P90TTFTMs
+		}
+		if b.OutputThroughput > 0 {
+			r.ThroughputRatio = r.OutputThroughput / b.OutputThroughput
+		}
+		if b.MaxSustainedThroughput > 0 {
+			r.MaxSustainedRatio = r.MaxSustainedThroughput / b.MaxSustainedThroughput
+		}
+	}
+}
+
+// PrintComparison writes the comparison table.
+func PrintComparison(w io.Writer, c *Comparison) {
+	if len(c.Results) == 0 {
+		fmt.Fprintln(w, "no policy ran")
+		return
+	}
+	s := c.Results[0].Steps[c.Step]
+	fmt.Fprintf(w, "Comparison at step %d (%.2f req/s, %.0f s): %s.\n", c.Step, s.Rate, s.DurationS, c.StepReason)
+	fmt.Fprintf(w, "Ratios are against %s; p90 speedup = its p90 TTFT ÷ the policy's; oracle = mean TTFT ÷ the oracle bound (%.1f ms).\n",
+		c.Results[0].Target, s.OracleMeanTTFTMs)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "policy\tmean TTFT (ms)\tp90 TTFT (ms)\tp90 speedup\toutput tok/s\tthroughput ratio\toracle ratio\tcached\tfailed\tCPU %\tvalid\tmax sustained (req/s)\tits tok/s\tratio\t")
+	for _, r := range c.Rows {
+		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.2fx\t%.1f\t%.2fx\t%.2fx\t%.0f%%\t%d\t%s\t%s\t%.2f\t%.1f\t%.2fx\t\n", r.Target, r.MeanTTFTMs, r.P90TTFTMs,
+			r.P90Speedup, r.OutputThroughput, r.ThroughputRatio, r.OracleRatio, 100*r.CachedFraction, r.Failed, cpuString(r.CPUPercent),
+			yesNo(r.Valid), r.MaxSustainedRate, r.MaxSustainedThroughput, r.MaxSustainedRatio)
+	}
+	_ = tw.Flush()
+	for name, why := range c.Skipped {
+		fmt.Fprintf(w, "skipped %s: %s\n", name, why)
+	}
+}

@@ -1,0 +1,230 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// Fake vLLM metric names the monitor reads (vLLM's names; fakes/vllm/metrics.go).
+const (
+	metricWaiting      = "vllm:num_requests_waiting"
+	metricRunning      = "vllm:num_requests_running"
+	metricPrefixQuery  = "vllm:prefix_cache_queries_total"
+	metricPrefixHits   = "vllm:prefix_cache_hits_total"
+	metricKVCacheUsage = "vllm:kv_cache_usage_perc"
+)
+
+// EndpointSample is one scrape of one endpoint's /metrics.
+type EndpointSample struct {
+	// Waiting and Running are vllm:num_requests_waiting / _running; KV is
+	// vllm:kv_cache_usage_perc in [0,1].
+	Waiting float64 `json:"waiting"`
+	Running float64 `json:"running"`
+	KV      float64 `json:"kv"`
+	// PrefixQueries and PrefixHits are the prefix cache counters (tokens).
+	PrefixQueries float64 `json:"prefix_queries"`
+	PrefixHits    float64 `json:"prefix_hits"`
+	// OK is false when the scrape failed.
+	OK bool `json:"ok"`
+}
+
+// Sample is one monitor tick.
+type Sample struct {
+	// AtMs is the time from the start of the run.
+	AtMs float64 `json:"at_ms"`
+	// CPUBusy and CPUTotal are the machine's cumulative busy and total jiffies from /proc/stat
+	// (busy = total − idle − iowait), for CPU use between two samples.
+	CPUBusy  uint64 `json:"cpu_busy"`
+	CPUTotal uint64 `json:"cpu_total"`
+	// Endpoints maps an endpoint name to its scrape.
+	Endpoints map[string]EndpointSample `json:"endpoints"`
+}
+
+// Monitor samples machine CPU (/proc/stat) and each endpoint's Prometheus metrics at an
+// interval during a run.
+type Monitor struct {
+	// Endpoints maps endpoint names (x-inference-pod) to their metrics URLs.
+	Endpoints map[string]string
+	// Interval between samples; default 500 ms.
+	Interval time.Duration
+
+	mu      sync.Mutex
+	samples []Sample
+	cancel  context.CancelFunc
+	done    chan struct{}
+	client  *http.Client
+}
+
+// Start begins sampling; start is the run's time origin.
+func (m *Monitor) Start(ctx context.Context, start time.Time) {
+	if m.Interval <= 0 {
+		m.Interval = 500 * time.Millisecond
+	}
+	m.client = &http.Client{Timeout: 2 * time.Second}
+	ctx, m.cancel = context.WithCancel(ctx)
+	m.done = make(chan struct{})
+	go func() {
+		defer close(m.done)
+		t := time.NewTicker(m.Interval)
+		defer t.Stop()
+		for {
+			m.sample(ctx, start)
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
+
+// Stop ends sampling, takes a last sample and returns every sample.
+func (m *Monitor) Stop() []Sample {
+	if m.cancel == nil {
+		return nil
+	}
+	m.cancel()
+	<-m.done
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.samples
+}
+
+func (m *Monitor) sample(ctx context.Context, start time.Time) {
+	s := Sample{AtMs: ms(time.Since(start)), Endpoints: map[string]EndpointSample{}}
+	s.CPUBusy, s.CPUTotal, _ = ReadProcStat()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for name, url := range m.Endpoints {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			es := scrape(ctx, m.client, url)
+			mu.Lock()
+			s.Endpoints[name] = es
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	m.mu.Lock()
+	m.samples = append(m.samples, s)
+	m.mu.Unlock()
+}
+
+// scrape reads the monitor's metrics from a Prometheus text endpoint; series are summed over
+// labels.
+func scrape(ctx context.Context, c *http.Client, url string) EndpointSample {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return EndpointSample{}
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return EndpointSample{}
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return EndpointSample{}
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return EndpointSample{}
+	}
+	sum := func(name string) float64 {
+		f := fams[name]
+		if f == nil {
+			return 0
+		}
+		var v float64
+		for _, m := range f.GetMetric() {
+			v += value(m)
+		}
+		return v
+	}
+	return EndpointSample{Waiting: sum(metricWaiting), Running: sum(metricRunning), KV: sum(metricKVCacheUsage),
+		PrefixQueries: sum(metricPrefixQuery), PrefixHits: sum(metricPrefixHits), OK: true}
+}
+
+func value(m *dto.Metric) float64 {
+	switch {
+	case m.Gauge != nil:
+		return m.Gauge.GetValue()
+	case m.Counter != nil:
+		return m.Counter.GetValue()
+	case m.Untyped != nil:
+		return m.Untyped.GetValue()
+	}
+	return 0
+}
+
+// ReadProcStat returns the machine's cumulative busy and total CPU jiffies from the "cpu" line
+// of /proc/stat (busy = total − idle − iowait; steal and guest are counted as in the total).
+func ReadProcStat() (busy, total uint64, err error) {
+	f, err := os.Open("/proc/stat")
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "cpu ") {
+			continue
+		}
+		return parseCPULine(line)
+	}
+	return 0, 0, fmt.Errorf("/proc/stat: no cpu line")
+}
+
+// parseCPULine parses "cpu user nice system idle iowait irq softirq steal guest guest_nice".
+// guest and guest_nice are already inside user and nice, so they are not added again.
+func parseCPULine(line string) (busy, total uint64, err error) {
+	f := strings.Fields(line)
+	if len(f) < 5 || f[0] != "cpu" {
+		return 0, 0, fmt.Errorf("/proc/stat: malformed cpu line %q", line)
+	}
+	var v []uint64
+	for _, s := range f[1:] {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("/proc/stat: malformed cpu line %q: %v", line, err)
+		}
+		v = append(v, n)
+	}
+	for i, n := range v {
+		if i >= 8 { // guest, guest_nice
+			break
+		}
+		total += n
+	}
+	idle := v[3]
+	if len(v) > 4 {
+		idle += v[4]
+	}
+	return total - idle, total, nil
+}
+
+// LoadAverage returns /proc/loadavg's first three fields ("" when unreadable).
+func LoadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
+}

@@ -1,0 +1,434 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Thresholds of a step's validity and of "sustained".
+const (
+	// MaxValidCPUPercent: a step is valid only if the machine's total CPU stayed under it.
+	MaxValidCPUPercent = 80.0
+	// MaxSustainedMedianQueue: a step is sustained with 0 failed requests and a median
+	// per-endpoint waiting queue of at most this many requests.
+	MaxSustainedMedianQueue = 2.0
+)
+
+// Metrics are `vllm bench serve`'s metrics (vllm/benchmarks/serve.py calculate_metrics) over a set
+// of outcomes. Latencies in ms, throughputs per second.
+type Metrics struct {
+	Completed int `json:"completed"`
+	Failed    int `json:"failed"`
+	// DurationS is from the first send to the last end of a response (s).
+	DurationS         float64 `json:"duration"`
+	TotalInputTokens  int     `json:"total_input_tokens"`
+	TotalOutputTokens int     `json:"total_output_tokens"`
+	// RequestThroughput is completed requests per second; OutputThroughput and
+	// TotalTokenThroughput are tokens per second.
+	RequestThroughput    float64 `json:"request_throughput"`
+	OutputThroughput     float64 `json:"output_throughput"`
+	TotalTokenThroughput float64 `json:"total_token_throughput"`
+	// MaxOutputTokensPerS is the most output tokens seen in one wall-clock second;
+	// MaxConcurrentRequests the most requests in flight at once.
+	MaxOutputTokensPerS   float64 `json:"max_output_tokens_per_s"`
+	MaxConcurrentRequests int     `json:"max_concurrent_requests"`
+	// TTFT, TPOT (per request: (E2E − TTFT)/(output tokens − 1)), ITL (every inter-token gap) and
+	// E2EL (end-to-end latency), in ms.
+	TTFT Dist `json:"ttft_ms"`
+	TPOT Dist `json:"tpot_ms"`
+	ITL  Dist `json:"itl_ms"`
+	E2EL Dist `json:"e2el_ms"`
+	// CachedTokenFraction is cached prompt tokens ÷ prompt tokens of the completed requests, from
+	// their usage (prompt_tokens_details.cached_tokens), in [0,1].
+	CachedTokenFraction float64 `json:"cached_token_fraction"`
+}
+
+// DefaultPercentiles are the percentiles every Dist carries.
+var DefaultPercentiles = []float64{50, 90, 95, 99}
+
+// ComputeMetrics summarises outs. percentiles are added to DefaultPercentiles.
+func ComputeMetrics(outs []Outcome, percentiles []float64) Metrics {
+	ps := slices.Clone(DefaultPercentiles)
+	for _, p := range percentiles {
+		if !slices.Contains(ps, p) {
+			ps = append(ps, p)
+		}
+	}
+	slices.Sort(ps)
+	var m Metrics
+	var ttft, tpot, itl, e2el []float64
+	var first, last = math.Inf(1), math.Inf(-1)
+	type ev struct {
+		t float64
+		d int
+	}
+	var evs []ev
+	buckets := map[int]int{}
+	var cached, prompt int
+	for i := range outs {
+		o := &outs[i]
+		first = math.Min(first, o.SentMs)
+		last = math.Max(last, o.SentMs+o.E2EMs)
+		if !o.OK() {
+			m.Failed++
+			continue
+		}
+		m.Completed++
+		m.TotalInputTokens += o.PromptTokens
+		m.TotalOutputTokens += o.OutputTokens
+		cached += o.CachedTokens
+		prompt += o.PromptTokens
+		ttft = append(ttft, o.TTFTMs)
+		e2el = append(e2el, o.E2EMs)
+		itl = append(itl, o.ITLMs...)
+		if o.OutputTokens > 1 {
+			tpot = append(tpot, (o.E2EMs-o.TTFTMs)/float64(o.OutputTokens-1))
+		}
+		evs = append(evs, ev{o.SentMs, 1}, ev{o.SentMs + o.E2EMs, -1})
+		// Token times: first at TTFT, then each gap; a chunk carries one token.
+		t := o.SentMs + o.TTFTMs
+		buckets[int(t/1000)]++
+		for _, g := range o.ITLMs {
+			t += g
+			buckets[int(t/1000)]++
+		}
+	}
+	if m.Completed+m.Failed > 0 && last > first {
+		m.DurationS = (last - first) / 1000
+	}
+	if m.DurationS > 0 {
+		m.RequestThroughput = float64(m.Completed) / m.DurationS
+		m.OutputThroughput = float64(m.TotalOutputTokens) / m.DurationS
+		m.TotalTokenThroughput = float64(m.TotalInputTokens+m.TotalOutputTokens) / m.DurationS
+	}
+	for _, n := range buckets {
+		m.MaxOutputTokensPerS = math.Max(m.MaxOutputTokensPerS, float64(n))
+	}
+	sort.Slice(evs, func(i, j int) bool {
+		if evs[i].t != evs[j].t {
+			return evs[i].t < evs[j].t
+		}
+		return evs[i].d < evs[j].d
+	})
+	cur := 0
+	for _, e := range evs {
+		cur += e.d
+		m.MaxConcurrentRequests = max(m.MaxConcurrentRequests, cur)
+	}
+	m.TTFT, m.TPOT, m.ITL, m.E2EL = Summarise(ttft, ps), Summarise(tpot, ps), Summarise(itl, ps), Summarise(e2el, ps)
+	if prompt > 0 {
+		m.CachedTokenFraction = float64(cached) / float64(prompt)
+	}
+	return m
+}
+
+// StepResult is one rung of the ladder.
+type StepResult struct {
+	Index int     `json:"index"`
+	Rate  float64 `json:"rate"`
+	// DurationS is the step's arrival window (s).
+	DurationS float64 `json:"duration_s"`
+	Metrics   Metrics `json:"metrics"`
+	// CPUPercent is the machine's total CPU use during the arrival window (% of all cores), -1
+	// when unknown; Valid is CPUPercent < MaxValidCPUPercent.
+	CPUPercent float64 `json:"cpu_percent"`
+	Valid      bool    `json:"valid"`
+	// MedianQueue is the median of every endpoint's vllm:num_requests_waiting over the window's
+	// samples; Sustained is 0 failed requests and MedianQueue ≤ MaxSustainedMedianQueue.
+	MedianQueue float64 `json:"median_queue"`
+	Sustained   bool    `json:"sustained"`
+	// OracleMeanTTFTMs is the oracle bound's mean over the step's requests (ms); OracleRatio is
+	// the step's mean TTFT ÷ it.
+	OracleMeanTTFTMs float64 `json:"oracle_mean_ttft_ms"`
+	OracleRatio      float64 `json:"oracle_ratio"`
+}
+
+// EndpointRow is one line of the per-endpoint table.
+type EndpointRow struct {
+	Name     string `json:"name"`
+	Requests int    `json:"requests"`
+	// Share is Requests ÷ all routed requests, in [0,1].
+	Share float64 `json:"share"`
+	// CachedTokenFraction is cached ÷ prompt tokens of the requests it served (usage), in [0,1];
+	// EngineHitRate the same from its own prefix-cache counters over the run.
+	CachedTokenFraction float64 `json:"cached_token_fraction"`
+	EngineHitRate       float64 `json:"engine_hit_rate"`
+	MeanTTFTMs          float64 `json:"mean_ttft_ms"`
+	// MedianWaiting and MaxWaiting are its vllm:num_requests_waiting over the run's samples.
+	MedianWaiting float64 `json:"median_waiting"`
+	MaxWaiting    float64 `json:"max_waiting"`
+}
+
+// Result is one target's benchmark run.
+type Result struct {
+	Target   string `json:"target"`
+	Workload Spec   `json:"workload"`
+	// Burstiness and MaxConcurrency are the load generator's settings (0 = no cap).
+	Burstiness     float64      `json:"burstiness"`
+	MaxConcurrency int          `json:"max_concurrency"`
+	Steps          []StepResult `json:"steps"`
+	// Overall is over the whole run.
+	Overall   Metrics       `json:"overall"`
+	Endpoints []EndpointRow `json:"endpoints"`
+	// Oracle is the TTFT lower bound for this run's requests; OracleRatio is mean TTFT ÷ its mean.
+	Oracle      *Oracle `json:"oracle,omitempty"`
+	OracleRatio float64 `json:"oracle_ratio,omitempty"`
+	// LoadAvgStart and LoadAvgEnd are /proc/loadavg (1, 5, 15 min) before and after.
+	LoadAvgStart string    `json:"load_avg_start"`
+	LoadAvgEnd   string    `json:"load_avg_end"`
+	StartedAt    time.Time `json:"started_at"`
+	// Outcomes and Samples are the raw data.
+	Outcomes []Outcome `json:"outcomes"`
+	Samples  []Sample  `json:"samples"`
+}
+
+// BuildResult computes the per-step and per-endpoint results of a load run.
+func BuildResult(target string, spec Spec, steps []Step, load *Load, percentiles []float64) *Result {
+	r := &Result{Target: target, Workload: spec, Outcomes: load.Outcomes, Samples: load.Samples}
+	r.Overall = ComputeMetrics(load.Outcomes, percentiles)
+	var start time.Duration
+	for i, st := range steps {
+		var outs []Outcome
+		for _, o := range load.Outcomes {
+			if o.Step == i {
+				outs = append(outs, o)
+			}
+		}
+		sr := StepResult{Index: i, Rate: st.Rate, DurationS: st.Duration.Seconds(), Metrics: ComputeMetrics(outs, percentiles)}
+		lo, hi := ms(start), ms(start+st.Duration)
+		sr.CPUPercent = cpuPercent(load.Samples, lo, hi)
+		sr.Valid = sr.CPUPercent >= 0 && sr.CPUPercent < MaxValidCPUPercent
+		var q []float64
+		for _, s := range load.Samples {
+			if s.AtMs < lo || s.AtMs > hi {
+				continue
+			}
+			for _, e := range s.Endpoints {
+				if e.OK {
+					q = append(q, e.Waiting)
+				}
+			}
+		}
+		sr.MedianQueue = Percentile(q, 50)
+		sr.Sustained = sr.Metrics.Failed == 0 && sr.MedianQueue <= MaxSustainedMedianQueue
+		r.Steps = append(r.Steps, sr)
+		start += st.Duration
+	}
+	r.Endpoints = endpointRows(load)
+	return r
+}
+
+// cpuPercent is the machine's busy share between the first and last sample inside [lo, hi] ms,
+// or -1 with fewer than two samples there.
+func cpuPercent(samples []Sample, lo, hi float64) float64 {
+	var a, b *Sample
+	for i := range samples {
+		s := &samples[i]
+		if s.AtMs < lo || s.AtMs > hi || s.CPUTotal == 0 {
+			continue
+		}
+		if a == nil {
+			a = s
+		}
+		b = s
+	}
+	if a == nil || b == a || b.CPUTotal <= a.CPUTotal {
+		return -1
+	}
+	return 100 * float64(b.CPUBusy-a.CPUBusy) / float64(b.CPUTotal-a.CPUTotal)
+}
+
+func endpointRows(load *Load) []EndpointRow {
+	rows := map[string]*EndpointRow{}
+	row := func(n string) *EndpointRow {
+		if rows[n] == nil {
+			rows[n] = &EndpointRow{Name: n}
+		}
+		return rows[n]
+	}
+	type acc struct{ cached, prompt int }
+	accs := map[string]*acc{}
+	total := 0
+	for _, o := range load.Outcomes {
+		if o.Endpoint == "" {
+			continue
+		}
+		total++
+		r := row(o.Endpoint)
+		r.Requests++
+		if accs[o.Endpoint] == nil {
+			accs[o.Endpoint] = &acc{}
+		}
+		if o.OK() {
+			accs[o.Endpoint].cached += o.CachedTokens
+			accs[o.Endpoint].prompt += o.PromptTokens
+			r.MeanTTFTMs += o.TTFTMs
+		}
+	}
+	waits := map[string][]float64{}
+	var firstS, lastS map[string]EndpointSample
+	for _, s := range load.Samples {
+		for n, e := range s.Endpoints {
+			if !e.OK {
+				continue
+			}
+			row(n)
+			waits[n] = append(waits[n], e.Waiting)
+			if firstS == nil {
+				firstS, lastS = map[string]EndpointSample{}, map[string]EndpointSample{}
+			}
+			if _, ok := firstS[n]; !ok {
+				firstS[n] = e
+			}
+			lastS[n] = e
+		}
+	}
+	var out []EndpointRow
+	for n, r := range rows {
+		if total > 0 {
+			r.Share = float64(r.Requests) / float64(total)
+		}
+		if a := accs[n]; a != nil && a.prompt > 0 {
+			r.CachedTokenFraction = float64(a.cached) / float64(a.prompt)
+		}
+		ok := 0
+		for _, o := range load.Outcomes {
+			if o.Endpoint == n && o.OK() {
+				ok++
+			}
+		}
+		if ok > 0 {
+			r.MeanTTFTMs /= float64(ok)
+		}
+		if w := waits[n]; len(w) > 0 {
+			r.MedianWaiting = Percentile(w, 50)
+			r.MaxWaiting = slices.Max(w)
+		}
+		if firstS != nil {
+			if q := lastS[n].PrefixQueries - firstS[n].PrefixQueries; q > 0 {
+				r.EngineHitRate = (lastS[n].PrefixHits - firstS[n].PrefixHits) / q
+			}
+		}
+		out = append(out, *r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// BlockOptions select what PrintServingBlock prints, as vLLM's flags do.
+type BlockOptions struct {
+	// MaxConcurrency is printed when > 0 ("Maximum request concurrency:").
+	MaxConcurrency int
+	// RequestRate is printed when > 0 ("Request rate configured (RPS):").
+	RequestRate float64
+	// PercentileMetrics are among "ttft", "tpot", "itl", "e2el" (vLLM's --percentile-metrics;
+	// default ttft,tpot,itl).
+	PercentileMetrics []string
+	// Percentiles are vLLM's --metric-percentiles (default 99).
+	Percentiles []float64
+}
+
+// PrintServingBlock writes m as `vllm bench serve` prints its result
+// (vllm/benchmarks/serve.py: "{:<40} {:<10}" lines, section headers centred in 50 characters).
+func PrintServingBlock(w io.Writer, m Metrics, o BlockOptions) {
+	if len(o.PercentileMetrics) == 0 {
+		o.PercentileMetrics = []string{"ttft", "tpot", "itl"}
+	}
+	if len(o.Percentiles) == 0 {
+		o.Percentiles = []float64{99}
+	}
+	line := func(label string, v any) { fmt.Fprintf(w, "%-40s %-10v\n", label, v) }
+	f2 := func(x float64) string { return fmt.Sprintf("%.2f", x) }
+	fmt.Fprintln(w, center(" Serving Benchmark Result ", '='))
+	line("Successful requests:", m.Completed)
+	line("Failed requests:", m.Failed)
+	if o.MaxConcurrency > 0 {
+		line("Maximum request concurrency:", o.MaxConcurrency)
+	}
+	if o.RequestRate > 0 {
+		line("Request rate configured (RPS):", f2(o.RequestRate))
+	}
+	line("Benchmark duration (s):", f2(m.DurationS))
+	line("Total input tokens:", m.TotalInputTokens)
+	line("Total generated tokens:", m.TotalOutputTokens)
+	line("Request throughput (req/s):", f2(m.RequestThroughput))
+	line("Output token throughput (tok/s):", f2(m.OutputThroughput))
+	line("Peak output token throughput (tok/s):", f2(m.MaxOutputTokensPerS))
+	line("Peak concurrent requests:", f2(float64(m.MaxConcurrentRequests)))
+	line("Total Token throughput (tok/s):", f2(m.TotalTokenThroughput))
+	sections := []struct {
+		key, name, header string
+		d                 Dist
+	}{
+		{"ttft", "TTFT", "Time to First Token", m.TTFT},
+		{"tpot", "TPOT", "Time per Output Token (excl. 1st token)", m.TPOT},
+		{"itl", "ITL", "Inter-token Latency", m.ITL},
+		{"e2el", "E2EL", "End-to-end Latency", m.E2EL},
+	}
+	for _, s := range sections {
+		if !slices.Contains(o.PercentileMetrics, s.key) {
+			continue
+		}
+		fmt.Fprintln(w, center(s.header, '-'))
+		line("Mean "+s.name+" (ms):", f2(s.d.Mean))
+		line("Median "+s.name+" (ms):", f2(s.d.Median))
+		for _, p := range o.Percentiles {
+			line("P"+trimFloat(p)+" "+s.name+" (ms):", f2(s.d.Percentiles[PercentileKey(p)]))
+		}
+	}
+	fmt.Fprintln(w, strings.Repeat("=", 50))
+}
+
+// center centres s in 50 characters padded with c (Python's "{s:c^50}": extra padding right).
+func center(s string, c rune) string {
+	pad := 50 - len(s)
+	if pad <= 0 {
+		return s
+	}
+	left := pad / 2
+	return strings.Repeat(string(c), left) + s + strings.Repeat(string(c), pad-left)
+}
+
+// PrintSteps writes the ladder table: rate, completed/failed, throughput, TTFT, CPU, queue.
+func PrintSteps(w io.Writer, r *Result) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "step\trate (req/s)\tok\tfailed\treq/s\toutput tok/s\tmean TTFT (ms)\tp90 TTFT (ms)\tcached\tCPU %\tmedian queue\tvalid\tsustained\t")
+	for _, s := range r.Steps {
+		m := s.Metrics
+		fmt.Fprintf(tw, "%d\t%.2f\t%d\t%d\t%.2f\t%.1f\t%.1f\t%.1f\t%.0f%%\t%s\t%.1f\t%v\t%v\t\n", s.Index, s.Rate, m.Completed, m.Failed,
+			m.RequestThroughput, m.OutputThroughput, m.TTFT.Mean, m.TTFT.Percentiles["p90"], 100*m.CachedTokenFraction,
+			cpuString(s.CPUPercent), s.MedianQueue, yesNo(s.Valid), yesNo(s.Sustained))
+	}
+	_ = tw.Flush()
+}
+
+// PrintEndpoints writes the per-endpoint load and prefix-hit table.
+func PrintEndpoints(w io.Writer, r *Result) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "endpoint\trequests\tshare\tcached tokens (usage)\tengine prefix hit rate\tmean TTFT (ms)\tmedian waiting\tmax waiting\t")
+	for _, e := range r.Endpoints {
+		fmt.Fprintf(tw, "%s\t%d\t%.1f%%\t%.1f%%\t%.1f%%\t%.1f\t%.1f\t%.0f\t\n", e.Name, e.Requests, 100*e.Share,
+			100*e.CachedTokenFraction, 100*e.EngineHitRate, e.MeanTTFTMs, e.MedianWaiting, e.MaxWaiting)
+	}
+	_ = tw.Flush()
+}
+
+func cpuString(c float64) string {
+	if c < 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.0f", c)
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}

@@ -1,0 +1,353 @@
+// Package bench is eppkit's serving benchmark: seeded workloads generated in process (random,
+// shared-prefix, prefix-repetition, multi-lora, sharegpt), an open-loop load generator that
+// streams requests through the gateway stand-in (fakes/gateway) to a fake vLLM fleet behind an
+// EPP, results in the layout of `vllm bench serve` (vLLM vllm/benchmarks/serve.py) plus a JSON
+// file, per-endpoint tables and plots, policy comparisons on fresh fleets with the frozen
+// latency profile of SPEC §7, and an oracle lower bound on mean TTFT computed from the fake's
+// latency model.
+//
+// Token counts: prompts are built from lower-case words each followed by one space, so that the
+// fake vLLM's tokenizer (llm-d-inference-sim's dummy tokenizer: a run of word characters with
+// its trailing whitespace is one token; fakes/vllm/engine.Tokenize) counts exactly one token per
+// word. Lengths in this package are in those tokens unless they say characters.
+package bench
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"os"
+	"strings"
+)
+
+// Request is one benchmark request: a completion prompt and how many tokens to generate.
+type Request struct {
+	// ID is the request's index in the workload, from 0.
+	ID int `json:"id"`
+	// Prompt is the completion prompt.
+	Prompt string `json:"prompt"`
+	// PromptTokens is the prompt's length in fake-vLLM tokens (engine.Tokenize).
+	PromptTokens int `json:"prompt_tokens"`
+	// OutputTokens is max_tokens (the fake generates exactly this many; vLLM's ignore_eos).
+	OutputTokens int `json:"output_tokens"`
+	// Model is the request's "model": "" means the base model, else a LoRA adapter name.
+	Model string `json:"model,omitempty"`
+	// Group is the shared-prefix group (shared-prefix, prefix-repetition), else -1.
+	Group int `json:"group"`
+}
+
+// Workload names.
+const (
+	WorkloadRandom           = "random"
+	WorkloadSharedPrefix     = "shared-prefix"
+	WorkloadPrefixRepetition = "prefix-repetition"
+	WorkloadMultiLoRA        = "multi-lora"
+	WorkloadShareGPT         = "sharegpt"
+)
+
+// WorkloadNames lists the generators, in documentation order.
+var WorkloadNames = []string{WorkloadRandom, WorkloadSharedPrefix, WorkloadPrefixRepetition, WorkloadMultiLoRA, WorkloadShareGPT}
+
+// Spec selects and parameterises a workload. Zero fields take the defaults of DefaultSpec.
+// Lengths are in tokens.
+type Spec struct {
+	// Name is one of WorkloadNames.
+	Name string `json:"name"`
+	// Seed seeds every random choice; equal specs give equal requests.
+	Seed int64 `json:"seed"`
+
+	// random: input and output lengths are uniform in [len×(1−RangeRatio), len×(1+RangeRatio)]
+	// (vLLM's --random-input-len, --random-output-len, --random-range-ratio).
+	InputLen   int     `json:"input_len,omitempty"`
+	OutputLen  int     `json:"output_len,omitempty"`
+	RangeRatio float64 `json:"range_ratio,omitempty"`
+
+	// shared-prefix (inference-perf's data.shared_prefix): Groups system prompts of
+	// SystemPromptLen tokens, PromptsPerGroup distinct questions of QuestionLen tokens each, and
+	// OutputLen output tokens. Requests draw a (group, question) pair uniformly at random. With
+	// MultiTurn, each draw of a pair is the next turn of that conversation: the prompt grows by
+	// the previous turns' questions and a stand-in answer of OutputLen tokens.
+	Groups          int  `json:"groups,omitempty"`
+	PromptsPerGroup int  `json:"prompts_per_group,omitempty"`
+	SystemPromptLen int  `json:"system_prompt_len,omitempty"`
+	QuestionLen     int  `json:"question_len,omitempty"`
+	MultiTurn       bool `json:"multi_turn,omitempty"`
+
+	// prefix-repetition (vLLM's --dataset-name prefix_repetition): NumPrefixes prefixes of
+	// PrefixLen tokens, each followed by a fresh suffix of SuffixLen tokens.
+	NumPrefixes int `json:"num_prefixes,omitempty"`
+	PrefixLen   int `json:"prefix_len,omitempty"`
+	SuffixLen   int `json:"suffix_len,omitempty"`
+
+	// multi-lora: random prompts, each for one of Adapters (uniformly; "" in the list is the
+	// base model). The fleet decides which adapters exist; the CLI fills this from it.
+	Adapters []string `json:"adapters,omitempty"`
+
+	// sharegpt: a local JSON file in the ShareGPT layout ([{"conversations": [{"from": "human",
+	// "value": ...}, {"from": "gpt", "value": ...}]}]); the first human turn is the prompt and the
+	// first gpt turn's length in words is the output length (capped by MaxOutputLen).
+	Path         string `json:"path,omitempty"`
+	MaxOutputLen int    `json:"max_output_len,omitempty"`
+}
+
+// DefaultSpec returns the defaults of workload name.
+//
+// shared-prefix defaults are upstream's high-cache shared-prefix benchmark scaled to a 2-core
+// machine with a 4-endpoint fake fleet: GIE benchmarking/prefix-cache-aware/high-cache-values.yaml
+// runs num_groups 256, num_prompts_per_group 16, system_prompt_len 2048, question_len 256,
+// output_len 256 (llm-d guides/inference-scheduling runs 150 × 5, 6000 / 1200 / 1000). eppkit
+// keeps 16 prompts per group and the 2048-token system prompt, and scales groups to 32, the
+// question to 128 tokens and the output to 32 tokens, so that the prefix working set (32 × 2048
+// tokens) exceeds one endpoint's KV cache but fits the fleet's, and the per-token streaming cost
+// stays within the machine.
+func DefaultSpec(name string) Spec {
+	s := Spec{Name: name, Seed: 1}
+	switch name {
+	case WorkloadRandom, WorkloadMultiLoRA:
+		s.InputLen, s.OutputLen, s.RangeRatio = 512, 32, 0.5
+	case WorkloadSharedPrefix:
+		s.Groups, s.PromptsPerGroup, s.SystemPromptLen, s.QuestionLen, s.OutputLen = 32, 16, 2048, 128, 32
+	case WorkloadPrefixRepetition:
+		s.NumPrefixes, s.PrefixLen, s.SuffixLen, s.OutputLen = 8, 1024, 128, 32
+	case WorkloadShareGPT:
+		s.MaxOutputLen = 128
+	}
+	return s
+}
+
+// withDefaults fills zero fields from DefaultSpec(s.Name).
+func (s Spec) withDefaults() Spec {
+	d := DefaultSpec(s.Name)
+	fill := func(v *int, def int) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	fill(&s.InputLen, d.InputLen)
+	fill(&s.OutputLen, d.OutputLen)
+	fill(&s.Groups, d.Groups)
+	fill(&s.PromptsPerGroup, d.PromptsPerGroup)
+	fill(&s.SystemPromptLen, d.SystemPromptLen)
+	fill(&s.QuestionLen, d.QuestionLen)
+	fill(&s.NumPrefixes, d.NumPrefixes)
+	fill(&s.PrefixLen, d.PrefixLen)
+	fill(&s.SuffixLen, d.SuffixLen)
+	fill(&s.MaxOutputLen, d.MaxOutputLen)
+	if s.RangeRatio == 0 {
+		s.RangeRatio = d.RangeRatio
+	}
+	return s
+}
+
+// Validate checks the fields the named workload uses; errors name the field.
+func (s Spec) Validate() error {
+	pos := func(name string, v int) error {
+		if v < 1 {
+			return fmt.Errorf("workload %s: %s must be at least 1, got %d", s.Name, name, v)
+		}
+		if v > 1<<20 {
+			return fmt.Errorf("workload %s: %s must be at most %d, got %d", s.Name, name, 1<<20, v)
+		}
+		return nil
+	}
+	switch s.Name {
+	case WorkloadRandom, WorkloadMultiLoRA:
+		if err := errors.Join(pos("input_len", s.InputLen), pos("output_len", s.OutputLen)); err != nil {
+			return err
+		}
+		if s.RangeRatio < 0 || s.RangeRatio >= 1 || math.IsNaN(s.RangeRatio) {
+			return fmt.Errorf("workload %s: range_ratio must be in [0,1), got %v", s.Name, s.RangeRatio)
+		}
+		if s.Name == WorkloadMultiLoRA && len(s.Adapters) == 0 {
+			return fmt.Errorf("workload %s: adapters must not be empty", s.Name)
+		}
+	case WorkloadSharedPrefix:
+		return errors.Join(pos("groups", s.Groups), pos("prompts_per_group", s.PromptsPerGroup),
+			pos("system_prompt_len", s.SystemPromptLen), pos("question_len", s.QuestionLen), pos("output_len", s.OutputLen))
+	case WorkloadPrefixRepetition:
+		return errors.Join(pos("num_prefixes", s.NumPrefixes), pos("prefix_len", s.PrefixLen),
+			pos("suffix_len", s.SuffixLen), pos("output_len", s.OutputLen))
+	case WorkloadShareGPT:
+		if s.Path == "" {
+			return fmt.Errorf("workload %s: path (a local ShareGPT-layout JSON file) is required", s.Name)
+		}
+		return pos("max_output_len", s.MaxOutputLen)
+	default:
+		return fmt.Errorf("workload: unknown name %q (have %s)", s.Name, strings.Join(WorkloadNames, ", "))
+	}
+	return nil
+}
+
+// Generate returns n requests of the workload. Equal specs give equal requests. Errors name the
+// bad field (or, for sharegpt, the file problem).
+func Generate(spec Spec, n int) ([]Request, error) {
+	spec = spec.withDefaults()
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	if n < 0 {
+		return nil, fmt.Errorf("workload: number of requests must not be negative, got %d", n)
+	}
+	rng := rand.New(rand.NewPCG(uint64(spec.Seed), 0x6570706b6974)) // "eppkit"
+	var out []Request
+	var err error
+	switch spec.Name {
+	case WorkloadRandom, WorkloadMultiLoRA:
+		out = genRandom(rng, spec, n)
+	case WorkloadSharedPrefix:
+		out = genSharedPrefix(rng, spec, n)
+	case WorkloadPrefixRepetition:
+		out = genPrefixRepetition(rng, spec, n)
+	case WorkloadShareGPT:
+		out, err = genShareGPT(rng, spec, n)
+	}
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		out[i].ID = i
+	}
+	return out, nil
+}
+
+// uniformLen draws a length uniform in [l×(1−r), l×(1+r)], at least 1.
+func uniformLen(rng *rand.Rand, l int, r float64) int {
+	lo := int(math.Floor(float64(l) * (1 - r)))
+	hi := int(math.Ceil(float64(l) * (1 + r)))
+	lo = max(lo, 1)
+	if hi <= lo {
+		return lo
+	}
+	return lo + rng.IntN(hi-lo+1)
+}
+
+func genRandom(rng *rand.Rand, s Spec, n int) []Request {
+	out := make([]Request, 0, n)
+	for range n {
+		in := uniformLen(rng, s.InputLen, s.RangeRatio)
+		r := Request{Prompt: words(rng, in), PromptTokens: in, OutputTokens: uniformLen(rng, s.OutputLen, s.RangeRatio), Group: -1}
+		if len(s.Adapters) > 0 {
+			r.Model = s.Adapters[rng.IntN(len(s.Adapters))]
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func genSharedPrefix(rng *rand.Rand, s Spec, n int) []Request {
+	systems := make([]string, s.Groups)
+	questions := make([][]string, s.Groups)
+	for g := range systems {
+		// A group tag first, so that no two groups share even their first block by chance.
+		systems[g] = fmt.Sprintf("group%d ", g) + words(rng, s.SystemPromptLen-1)
+		questions[g] = make([]string, s.PromptsPerGroup)
+		for q := range questions[g] {
+			questions[g][q] = words(rng, s.QuestionLen)
+		}
+	}
+	// Multi-turn conversation state per (group, question): the accumulated history.
+	history := map[[2]int]*strings.Builder{}
+	histTokens := map[[2]int]int{}
+	out := make([]Request, 0, n)
+	for range n {
+		g, q := rng.IntN(s.Groups), rng.IntN(s.PromptsPerGroup)
+		prompt := systems[g] + questions[g][q]
+		tokens := s.SystemPromptLen + s.QuestionLen
+		if s.MultiTurn {
+			k := [2]int{g, q}
+			h := history[k]
+			if h == nil {
+				h = &strings.Builder{}
+				h.WriteString(prompt)
+				history[k] = h
+				histTokens[k] = tokens
+			} else {
+				// Previous turn's stand-in answer, then a new question.
+				h.WriteString(words(rng, s.OutputLen))
+				h.WriteString(words(rng, s.QuestionLen))
+				histTokens[k] += s.OutputLen + s.QuestionLen
+			}
+			prompt, tokens = h.String(), histTokens[k]
+		}
+		out = append(out, Request{Prompt: prompt, PromptTokens: tokens, OutputTokens: s.OutputLen, Group: g})
+	}
+	return out
+}
+
+func genPrefixRepetition(rng *rand.Rand, s Spec, n int) []Request {
+	prefixes := make([]string, s.NumPrefixes)
+	for i := range prefixes {
+		prefixes[i] = fmt.Sprintf("prefix%d ", i) + words(rng, s.PrefixLen-1)
+	}
+	out := make([]Request, 0, n)
+	for range n {
+		p := rng.IntN(s.NumPrefixes)
+		out = append(out, Request{Prompt: prefixes[p] + words(rng, s.SuffixLen), PromptTokens: s.PrefixLen + s.SuffixLen,
+			OutputTokens: s.OutputLen, Group: p})
+	}
+	return out
+}
+
+// WriteJSONL writes one Request per line.
+func WriteJSONL(w io.Writer, reqs []Request) error {
+	bw := bufio.NewWriter(w)
+	enc := json.NewEncoder(bw)
+	for i := range reqs {
+		if err := enc.Encode(&reqs[i]); err != nil {
+			return err
+		}
+	}
+	return bw.Flush()
+}
+
+// ReadJSONL reads requests written by WriteJSONL (or by hand: "prompt" and "output_tokens" are
+// required; "prompt_tokens" is recomputed when 0). Errors name the line and the field.
+func ReadJSONL(r io.Reader) ([]Request, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 64<<20)
+	var out []Request
+	line := 0
+	for sc.Scan() {
+		line++
+		b := strings.TrimSpace(sc.Text())
+		if b == "" {
+			continue
+		}
+		var req Request
+		req.Group = -1
+		dec := json.NewDecoder(strings.NewReader(b))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			return nil, fmt.Errorf("workload JSONL line %d: %w", line, err)
+		}
+		if req.Prompt == "" {
+			return nil, fmt.Errorf("workload JSONL line %d: prompt must not be empty", line)
+		}
+		if req.OutputTokens < 1 {
+			return nil, fmt.Errorf("workload JSONL line %d: output_tokens must be at least 1, got %d", line, req.OutputTokens)
+		}
+		if req.PromptTokens <= 0 {
+			req.PromptTokens = CountTokens(req.Prompt)
+		}
+		req.ID = len(out)
+		out = append(out, req)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("workload JSONL: %w", err)
+	}
+	return out, nil
+}
+
+// ReadJSONLFile reads a JSONL workload file.
+func ReadJSONLFile(path string) ([]Request, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("workload file: %w", err)
+	}
+	defer f.Close()
+	return ReadJSONL(f)
+}
