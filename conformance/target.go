@@ -72,7 +72,7 @@ type Target interface {
 // reference-epp (the binary in {{.Eppkit}}), told the pool by the endpoint source. cmd/ and
 // suites/ register the "reference" target with it (this package never imports reference/).
 const ReferenceCommand = `{{.Eppkit}} reference-epp --grpc-port {{.GRPCPort}} --grpc-health-port {{.HealthPort}} --metrics-port {{.MetricsPort}}` +
-	`{{if .Endpoints}} --endpoints {{.Endpoints}}{{end}}` +
+	`{{if .Endpoints}} --endpoints {{.Endpoints}} --objectives ` + SheddableObjective + `=-1{{end}}` +
 	`{{if .Kubeconfig}} --kubeconfig {{.Kubeconfig}} --pool-name {{.PoolName}} --pool-namespace {{.PoolNamespace}}{{end}}` +
 	`{{if .ConfigFile}} --config-file {{.ConfigFile}}{{end}} --seed {{.Seed}}`
 

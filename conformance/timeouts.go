@@ -32,6 +32,9 @@ type TimeoutConfig struct {
 	TestTimeout Duration `json:"testTimeout"`
 	// TargetStop bounds the graceful stop of a command target before it is killed.
 	TargetStop Duration `json:"targetStop"`
+	// PredictorWarmup bounds how long a learning EPP may take, while the PredictedLatency test
+	// sends it warm-up traffic, before it routes by predicted latency.
+	PredictorWarmup Duration `json:"predictorWarmup"`
 }
 
 // DefaultTimeoutConfig returns the defaults: generous enough for a loaded 2-core CI machine.
@@ -46,6 +49,7 @@ func DefaultTimeoutConfig() TimeoutConfig {
 		RequiredConsecutiveSuccesses: 3,
 		TestTimeout:                  Duration(3 * time.Minute),
 		TargetStop:                   Duration(5 * time.Second),
+		PredictorWarmup:              Duration(90 * time.Second),
 	}
 }
 
@@ -56,7 +60,8 @@ func (c TimeoutConfig) Validate() error {
 		d    Duration
 	}{{"targetReady", c.TargetReady}, {"harnessStart", c.HarnessStart}, {"request", c.Request},
 		{"metricsPropagation", c.MetricsPropagation}, {"endpointChange", c.EndpointChange},
-		{"poll", c.Poll}, {"testTimeout", c.TestTimeout}, {"targetStop", c.TargetStop}} {
+		{"poll", c.Poll}, {"testTimeout", c.TestTimeout}, {"targetStop", c.TargetStop},
+		{"predictorWarmup", c.PredictorWarmup}} {
 		if f.d <= 0 {
 			return fmt.Errorf("timeout config: %s must be > 0, got %s", f.name, time.Duration(f.d))
 		}

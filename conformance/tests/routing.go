@@ -29,10 +29,19 @@ const routingWorkers = 4
 // endpoint cannot be identified; a model server's own error status (e.g. 404 for an adapter it
 // does not serve) is not an error: the request was still routed there.
 func send(s *conformance.Suite, path string, body []byte) (string, error) {
+	return sendWithHeaders(s, path, body, nil)
+}
+
+// sendWithHeaders is send with extra request headers (content-type is always
+// application/json).
+func sendWithHeaders(s *conformance.Suite, path string, body []byte, headers map[string]string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.Timeouts.Request.D())
 	defer cancel()
-	res, err := s.Gateway.Do(ctx, &gateway.Request{Method: http.MethodPost, Path: path,
-		Headers: map[string]string{"content-type": "application/json"}, Body: body})
+	hdr := map[string]string{"content-type": "application/json"}
+	for k, v := range headers {
+		hdr[k] = v
+	}
+	res, err := s.Gateway.Do(ctx, &gateway.Request{Method: http.MethodPost, Path: path, Headers: hdr, Body: body})
 	if err != nil {
 		return "", fmt.Errorf("gateway: %w", err)
 	}

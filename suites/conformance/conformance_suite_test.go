@@ -11,8 +11,8 @@
 //
 // Environment: EPPKIT_SEED (seed), EPPKIT_ENDPOINT_SOURCE (static | apiserver, default static),
 // EPPKIT_CONFIG_FILE (an EndpointPickerConfig for the reference; default
-// manifests/epp-configs/lora-affinity.yaml, the defaults plus lora-affinity-scorer, since every
-// feature is claimed), EPPKIT_BIN (a prebuilt eppkit
+// manifests/epp-configs/conformance.yaml, every feature the reference claims in one config, since
+// every feature is claimed), EPPKIT_BIN (a prebuilt eppkit
 // binary instead of building one), EPPKIT_TIMEOUT_CONFIG (TimeoutConfig YAML).
 package conformance_test
 
@@ -37,7 +37,7 @@ const suiteLabel = "conformance"
 
 // defaultConfigFile is the reference's config when EPPKIT_CONFIG_FILE is unset (relative to this
 // package's directory, where ginkgo runs the suite).
-const defaultConfigFile = "../../manifests/epp-configs/lora-affinity.yaml"
+const defaultConfigFile = "../../manifests/epp-configs/conformance.yaml"
 
 func TestConformance(t *testing.T) {
 	gomega.RegisterFailHandler(ginkgo.Fail)

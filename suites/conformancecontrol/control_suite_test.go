@@ -2,7 +2,7 @@
 // the reference EPP twice — with a config that has every scorer the routing features need (every
 // test must pass) and with manifests/epp-configs/random-picker.yaml, a uniform random picker that
 // still speaks the protocol (the EPP and Reference profiles must pass; PrefixCacheAffinity,
-// QueueAwareness, KVCacheAwareness and LoRAAffinity must fail, each with its statistical
+// QueueAwareness, KVCacheAwareness, LoRAAffinity and PredictedLatency must fail, each with its statistical
 // message). A test that passes against the random picker could not tell a scheduler from a coin.
 //
 // Run it alone:
@@ -40,7 +40,7 @@ func TestConformanceControl(t *testing.T) {
 }
 
 // mustFailWithRandomPicker are the tests a uniform random picker must fail (SPEC §6 (b)).
-var mustFailWithRandomPicker = []string{"KVCacheAwareness", "LoRAAffinity", "PrefixCacheAffinity", "QueueAwareness"}
+var mustFailWithRandomPicker = []string{"KVCacheAwareness", "LoRAAffinity", "PredictedLatency", "PrefixCacheAffinity", "QueueAwareness"}
 
 var bin string
 
@@ -101,7 +101,7 @@ func outcomes(results map[string]conformance.TestResult) map[string]conformance.
 var _ = ginkgo.Describe("Conformance tests as a detector", ginkgo.Label(suiteLabel), func() {
 	ginkgo.When("the reference EPP runs with every scorer the routing features need", func() {
 		ginkgo.It("should pass every test", func(ctx context.Context) {
-			results := runRegistry(ctx, configPath("lora-affinity.yaml"))
+			results := runRegistry(ctx, configPath("conformance.yaml"))
 			want := map[string]conformance.Outcome{}
 			for _, ct := range conformance.All() {
 				want[ct.ShortName] = conformance.Passed

@@ -1,0 +1,168 @@
+package tests
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/eppkit/eppkit/conformance"
+)
+
+// Rule constants of PredictedLatency (SPEC §6).
+const (
+	// plFastTTFT and plSlowTTFT are the time to first token of the fast and the slow fakes; the
+	// request SLO plTTFTSLO lies between them, so only the fast endpoints meet it.
+	plFastTTFT = 10 * time.Millisecond
+	plSlowTTFT = 300 * time.Millisecond
+	plTTFTSLO  = 100 * time.Millisecond
+	// plInterToken is every fake's inter-token latency; plMaxTokens the streamed output length.
+	plInterToken = 2 * time.Millisecond
+	plMaxTokens  = 4
+	// plWarmupBatch is how many warm-up requests are sent between two routing checks.
+	plWarmupBatch = 40
+)
+
+func init() {
+	conformance.Register(conformance.ConformanceTest{
+		ShortName: "PredictedLatency",
+		Description: "After warm-up traffic on a fleet where half the endpoints answer 30× slower, requests whose TTFT SLO " +
+			"(x-slo-ttft-ms) only the fast endpoints meet MUST go to fast endpoints (at most the exploration rate to slow ones).",
+		Level:    conformance.LevelUpstream,
+		Profile:  conformance.ProfileEPPRouting,
+		Features: []conformance.Feature{conformance.FeaturePredictedLatency},
+		Preconditions: []string{
+			"the EPP routes requests that carry x-slo-ttft-ms by predicted latency (e.g. predicted-latency-producer, slo-headroom-tier-filter, latency-scorer)",
+			"the EPP learns from the responses it proxies (streamed SSE, include_usage) within predictorWarmup",
+			"the EPP can tell endpoints of unequal speed apart under equal load (eppkit: perEndpointCalibration)",
+		},
+		Source: "SPEC §4 and §6 PredictedLatency (upstream v1.5.0 pkg/epp/framework/plugins/scheduling/filter/sloheadroomtier, scorer/latency)",
+		Run:    runPredictedLatency,
+	})
+}
+
+func runPredictedLatency(t conformance.TestingT, s *conformance.Suite) {
+	pool := requireEndpoints(t, s, 2)
+	r := s.Rand(t)
+	order := r.Perm(len(pool))
+	fast := map[string]bool{}
+	for _, i := range order[:len(pool)/2] {
+		fast[pool[i]] = true
+	}
+	for _, a := range pool {
+		ttft := plSlowTTFT
+		if fast[a] {
+			ttft = plFastTTFT
+		}
+		s.SetLatency(t, a, map[string]any{
+			"time-to-first-token": ttft.String(), "time-to-first-token-std-dev": "0s",
+			"inter-token-latency": plInterToken.String(), "inter-token-latency-std-dev": "0s",
+		})
+		t.Logf("%s: time to first token %s", a, ttft)
+	}
+	plan := conformance.MustPlan(t, conformance.Shape{
+		Outcome: "SLO requests sent to a slow endpoint", Tail: conformance.AtMost,
+		Compliant: conformance.Exploration, Random: float64(len(pool)-len(fast)) / float64(len(pool)),
+	})
+	headers := map[string]string{"x-slo-ttft-ms": strconv.FormatInt(plTTFTSLO.Milliseconds(), 10)}
+	mk := func() (string, []byte) {
+		return pathCompletions, completionBody(s.ModelName, uniquePrompt(s, t, r, 24), map[string]any{
+			"max_tokens": plMaxTokens, "stream": true, "stream_options": map[string]any{"include_usage": true}})
+	}
+
+	// Warm-up: batches of SLO requests, each followed by a routing check (2N sequential SLO
+	// requests that must all go to fast endpoints, RequiredConsecutiveSuccesses times in a row),
+	// until the check passes or predictorWarmup runs out.
+	start := time.Now()
+	deadline := start.Add(s.Timeouts.PredictorWarmup.D())
+	sent := 0
+	for {
+		eps := sendAllWithHeaders(t, s, plWarmupBatch, headers, func(int) (string, []byte) { return mk() })
+		sent += len(eps)
+		var err error
+		for run := 0; run < s.Timeouts.RequiredConsecutiveSuccesses && err == nil; run++ {
+			for i := 0; i < 2*len(pool) && err == nil; i++ {
+				path, body := mk()
+				var ep string
+				ep, err = sendWithHeaders(s, path, body, headers)
+				sent++
+				if err == nil && !fast[ep] {
+					err = fmt.Errorf("check %d, request %d went to the slow endpoint %s", run+1, i+1, ep)
+				}
+			}
+		}
+		if err == nil {
+			t.Logf("the EPP routes SLO requests to the fast endpoints after %d warm-up requests (%s)", sent, time.Since(start).Round(time.Millisecond))
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Logf("the EPP did not route by predicted latency within predictorWarmup %s (%d requests; last: %v); measuring anyway",
+				s.Timeouts.PredictorWarmup.D(), sent, err)
+			break
+		}
+	}
+
+	eps := sendAllWithHeaders(t, s, plan.N, headers, func(int) (string, []byte) { return mk() })
+	slow := 0
+	for _, ep := range eps {
+		if !fast[ep] {
+			slow++
+		}
+	}
+	t.Logf("fast endpoints %v; picks: %v", keys(fast), histogram(eps))
+	plan.Check(t, s, slow, len(eps))
+}
+
+func keys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// sendAllWithHeaders is sendAll with extra request headers on every request.
+func sendAllWithHeaders(t conformance.TestingT, s *conformance.Suite, n int, headers map[string]string,
+	mk func(i int) (string, []byte)) []string {
+	t.Helper()
+	type job struct {
+		path string
+		body []byte
+	}
+	jobs := make([]job, n)
+	for i := range jobs {
+		jobs[i].path, jobs[i].body = mk(i)
+	}
+	out := make([]string, n)
+	errs := make([]error, n)
+	next := make(chan int)
+	done := make(chan struct{})
+	for w := 0; w < routingWorkers; w++ {
+		go func() {
+			for i := range next {
+				out[i], errs[i] = sendWithHeaders(s, jobs[i].path, jobs[i].body, headers)
+			}
+			done <- struct{}{}
+		}()
+	}
+	for i := range jobs {
+		next <- i
+	}
+	close(next)
+	for w := 0; w < routingWorkers; w++ {
+		<-done
+	}
+	failed := 0
+	var first error
+	for i, err := range errs {
+		if err != nil {
+			failed++
+			if first == nil {
+				first = fmt.Errorf("request %d: %w", i, err)
+			}
+		}
+	}
+	if failed > 0 {
+		t.Fatalf("%d of %d requests failed (seed %d); first: %v", failed, n, s.Seed, first)
+	}
+	return out
+}
