@@ -31,10 +31,11 @@ suites:
 # InferencePool and Ready Pods to a local kube-apiserver + etcd, so the reference discovers the
 # fleet through Kubernetes; their pinned binaries are built once (about 10 minutes on an idle
 # 2-core machine) and cached under ~/.cache/eppkit (docs/tools.md). CONFORMANCE_SOURCE=static
-# skips the control plane. The reference's config is its defaults plus lora-affinity-scorer (it
-# claims LoRAAffinity too).
+# skips the control plane. The reference's config, manifests/epp-configs/conformance.yaml, holds
+# every feature it claims: its defaults plus lora-affinity-scorer for requests without SLO
+# headers, predicted-latency routing for requests with them, and latency-slo-admitter.
 CONFORMANCE_SOURCE ?= apiserver
-CONFORMANCE_CONFIG ?= manifests/epp-configs/lora-affinity.yaml
+CONFORMANCE_CONFIG ?= manifests/epp-configs/conformance.yaml
 CONFORMANCE_FLAGS  ?=
 conformance: build
 	@if [ "$(CONFORMANCE_SOURCE)" = apiserver ]; then \
