@@ -6,7 +6,7 @@ SUITES    := $(wildcard suites/*/)
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 GINKGO_FLAGS ?=
 
-.PHONY: all build test unit suites conformance conformance-upstream catalogue tools lint bench clean
+.PHONY: all build test unit suites conformance conformance-upstream catalogue tools lint bench clean manifests image
 
 all: build
 
@@ -89,6 +89,17 @@ lint:
 ## bench: Go benchmarks of the hot paths
 bench:
 	$(GO) test -run='^$$' -bench=. -benchmem $(PKGS_UNIT)
+
+## manifests: regenerate the generated copies in manifests/k8s (the GIE CRDs from the pinned module,
+# the Envoy ConfigMap from manifests/envoy/envoy.yaml); `go test ./manifests` checks them
+manifests:
+	EPPKIT_UPDATE_MANIFESTS=1 $(GO) test -count=1 -run 'TestCRDsEqualPinnedModule|TestEnvoyConfigMapIsBootstrap' ./manifests
+
+## image: build the single eppkit image (Dockerfile) as $(IMAGE) with the container engine $(ENGINE)
+IMAGE  ?= eppkit:dev
+ENGINE ?= docker
+image:
+	$(ENGINE) build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
 
 clean:
 	rm -rf bin out
