@@ -102,6 +102,8 @@ func (r *Runner) runOne(ct ConformanceTest) TestResult {
 	res.Log = t.log.String()
 	if t.failed {
 		res.Outcome, res.Message = Failed, t.firstFailure
+	} else if t.skipped {
+		res.Outcome, res.Message = Skipped, t.skipReason
 	} else {
 		res.Outcome = Passed
 	}
@@ -115,6 +117,8 @@ type runT struct {
 	log          strings.Builder
 	failed       bool
 	firstFailure string
+	skipped      bool
+	skipReason   string
 	cleanups     []func()
 }
 
@@ -142,6 +146,19 @@ func (t *runT) Errorf(format string, args ...any) { t.fail(fmt.Sprintf(format, a
 
 func (t *runT) Fatalf(format string, args ...any) {
 	t.fail(fmt.Sprintf(format, args...))
+	runtime.Goexit()
+}
+
+// Skipf logs the reason, marks the test skipped and stops it (as testing.T.Skipf); a test that
+// already failed stays failed.
+func (t *runT) Skipf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	t.mu.Lock()
+	if !t.skipped {
+		t.skipped, t.skipReason = true, msg
+	}
+	fmt.Fprintf(&t.log, "SKIP: %s\n", msg)
+	t.mu.Unlock()
 	runtime.Goexit()
 }
 

@@ -74,3 +74,24 @@ func (s *Source) Stop(context.Context) error {
 	}
 	return env.Stop()
 }
+
+var _ conformance.PoolEditor = (*Source)(nil)
+
+// RemoveEndpoint implements conformance.PoolEditor: addr's Pod is deleted (Env.DeletePod).
+func (s *Source) RemoveEndpoint(ctx context.Context, addr string) error {
+	env := s.Env()
+	if env == nil {
+		return errors.New("apiserver endpoint source: RemoveEndpoint before Start")
+	}
+	return env.DeletePod(ctx, addr)
+}
+
+// AddEndpoint implements conformance.PoolEditor: a Running, Ready Pod with addr's IP is created
+// (Env.AddPod; the port must be the pool's targetPort).
+func (s *Source) AddEndpoint(ctx context.Context, addr string) error {
+	env := s.Env()
+	if env == nil {
+		return errors.New("apiserver endpoint source: AddEndpoint before Start")
+	}
+	return env.AddPod(ctx, addr)
+}

@@ -1,9 +1,8 @@
 package extproc
 
 import (
-	"net"
-	"strconv"
 	"strings"
+	"sync"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -22,19 +21,26 @@ func mutantLengthDelta() int {
 	return 0
 }
 
+// mutantSeen are the picks made so far (header-metadata-disagree mutant only).
+var mutantSeen sync.Map
+
 // mutantMetadataDest is the pick the dynamic metadata carries: dest, or for the
-// header-metadata-disagree mutant the first target with its port plus one.
+// header-metadata-disagree mutant another endpoint this EPP picked before (still a pool member,
+// so only the header/metadata equality rule is broken).
 func mutantMetadataDest(dest string) string {
 	if !(mutant.Enabled && mutant.On(mutant.HeaderMetadataDisagree)) {
 		return dest
 	}
-	first, _, _ := strings.Cut(dest, ",")
-	host, port, err := net.SplitHostPort(first)
-	if err != nil {
-		return dest + "0"
-	}
-	n, _ := strconv.Atoi(port)
-	return net.JoinHostPort(host, strconv.Itoa(n+1))
+	mutantSeen.Store(dest, true)
+	other := dest
+	mutantSeen.Range(func(k, _ any) bool {
+		if k.(string) != dest {
+			other = k.(string)
+			return false
+		}
+		return true
+	})
+	return other
 }
 
 // mutantEndAfterRefusal ends a stream after an ImmediateResponse: cleanly

@@ -1,0 +1,100 @@
+package tests
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/eppkit/eppkit/conformance"
+)
+
+func init() {
+	conformance.Register(conformance.ConformanceTest{
+		ShortName: "ReferenceStaleEndpointFiltered",
+		Description: "The EPP MUST NOT pick an endpoint of the pool whose metrics scrape fails (stale for longer than its stale " +
+			"threshold) while other endpoints have fresh metrics.",
+		Level:   conformance.LevelEppkit,
+		Profile: conformance.ProfileReference,
+		Preconditions: []string{"the EPP scrapes the model servers' /metrics and filters stale endpoints (reference: --stale-threshold, default 1s)",
+			"the stale threshold is shorter than metricsPropagation"},
+		// Upstream v1.5.0 only de-prioritises endpoints with stale metrics; filtering them is eppkit's.
+		Source: "SPEC §3 \"Stale endpoints [eppkit]\"; eppkit reference/director",
+		Run:    runReferenceStaleEndpointFiltered,
+	})
+}
+
+func runReferenceStaleEndpointFiltered(t conformance.TestingT, s *conformance.Suite) {
+	pool := requireEndpoints(t, s, 2)
+	c := s.ExtProc(t)
+	r := s.Rand(t)
+	idx := r.IntN(len(pool))
+	stale := pool[idx]
+	m := s.Fleet.Member(idx)
+	if m.Addr() != stale {
+		t.Fatalf("fleet member %d is at %s, the pool lists %s", idx, m.Addr(), stale)
+	}
+	picked := func() ([]string, error) {
+		req := chatRequest(s, uniquePrompt(s, t, r, 12), nil)
+		d, err := tryExchange(s, c, req)
+		if err != nil {
+			return nil, err
+		}
+		if d.Immediate != nil {
+			return nil, fmt.Errorf("EPP refused a valid request with %d: %s", d.Immediate.Status, d.Immediate.Body)
+		}
+		return splitPick(d.Pick()), nil
+	}
+
+	// The model server stops answering (its /metrics scrape fails) but stays in the pool.
+	ctx, cancel := context.WithTimeout(context.Background(), s.Timeouts.Request.D())
+	err := m.Stop(ctx)
+	cancel()
+	if err != nil {
+		t.Fatalf("stop fleet member %s: %v", stale, err)
+	}
+	t.Cleanup(func() {
+		if err := m.Start(); err != nil {
+			t.Errorf("cleanup: restart fleet member %s: %v", stale, err)
+			return
+		}
+		// Leave the pool as found: wait until the EPP picks the endpoint again.
+		err := conformance.Eventually(s.Timeouts.MetricsPropagation.D()+s.Timeouts.EndpointChange.D(), s.Timeouts.Poll.D(), 1, func() error {
+			for i := 0; i < 4*len(pool); i++ {
+				addrs, err := picked()
+				if err != nil {
+					return err
+				}
+				if slices.Contains(addrs, stale) {
+					return nil
+				}
+			}
+			return fmt.Errorf("%s is still avoided after it came back", stale)
+		})
+		if err != nil {
+			t.Logf("cleanup: %v", err)
+		}
+	})
+	start := time.Now()
+	conformance.MustEventually(t, s, s.Timeouts.MetricsPropagation.D(), s.Timeouts.RequiredConsecutiveSuccesses, func() error {
+		for i := 0; i < 2*len(pool); i++ {
+			addrs, err := picked()
+			if err != nil {
+				return err
+			}
+			if slices.Contains(addrs, stale) {
+				return fmt.Errorf("EPP still picks %s, whose metrics cannot be scraped", stale)
+			}
+		}
+		return nil
+	})
+	t.Logf("stopped %s; the EPP stopped picking it after %s", stale, time.Since(start).Round(time.Millisecond))
+	n := mustTrials(t, 1-1/float64(len(pool)), "avoids the stale endpoint")
+	for i := 0; i < n; i++ {
+		req := chatRequest(s, uniquePrompt(s, t, r, 12), nil)
+		addrs := mustRoute(t, s, exchange(t, s, c, req), req)
+		if slices.Contains(addrs, stale) {
+			t.Fatalf("trial %d/%d: EPP picked %v, including %s, whose metrics have not been scraped since it stopped (seed %d)", i+1, n, addrs, stale, s.Seed)
+		}
+	}
+}
