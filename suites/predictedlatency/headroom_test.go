@@ -370,5 +370,7 @@ var _ = ginkgo.Describe("latency-scorer", ginkgo.Label(suiteLabel), func() {
 // answerFor returns an answer function keyed by the endpoint's waiting queue (the only feature
 // the specs vary), so a spec can give each endpoint its own prediction.
 func answerFor(byWaiting map[int]predictor.PredictionResponse) func(predictor.PredictionRequest) predictor.PredictionResponse {
-	return func(r predictor.PredictionRequest) predictor.PredictionResponse { return byWaiting[r.NumRequestWaiting] }
+	return func(r predictor.PredictionRequest) predictor.PredictionResponse {
+		return byWaiting[r.NumRequestWaiting]
+	}
 }
