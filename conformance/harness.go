@@ -36,6 +36,12 @@ type HarnessConfig struct {
 	Target Target
 	// TargetTLS dials the target with TLS; nil = plaintext.
 	TargetTLS *tls.Config
+	// HealthTLS dials the target's gRPC health service when HealthTLSSet (nil = plaintext);
+	// otherwise health is dialled like ext_proc (TargetTLS). The upstream EPP v1.5.0 serves health
+	// in plaintext even with --secure-serving (cmd/epp/runner/runner.go, registerHealthServer),
+	// as kubelet gRPC probes expect.
+	HealthTLS    *tls.Config
+	HealthTLSSet bool
 	// Source tells the target the pool (required; StaticSource{} for static).
 	Source EndpointSource
 	// Eppkit is the eppkit binary path ({{.Eppkit}}).
@@ -190,9 +196,13 @@ func StartHarness(ctx context.Context, cfg HarnessConfig) (s *Suite, err error) 
 	s.targetStarted = true
 	s.TargetAddress, s.HealthAddress, s.MetricsAddress = addrs.GRPC, addrs.Health, addrs.Metrics
 
+	s.HealthTLS = cfg.TargetTLS
+	if cfg.HealthTLSSet {
+		s.HealthTLS = cfg.HealthTLS
+	}
 	log.Info("waiting for the target", "grpc", addrs.GRPC, "health", addrs.Health)
 	start := time.Now()
-	if err := WaitReady(ctx, cfg.Target, addrs, cfg.TargetTLS, cfg.ModelName, s.Endpoints(),
+	if err := WaitReady(ctx, cfg.Target, addrs, ReadyTLS{ExtProc: cfg.TargetTLS, Health: s.HealthTLS}, cfg.ModelName, s.Endpoints(),
 		cfg.Timeouts.TargetReady.D(), cfg.Timeouts.Poll.D()*4); err != nil {
 		if lt, ok := cfg.Target.(interface {
 			LogTail(int) string

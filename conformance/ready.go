@@ -95,9 +95,15 @@ func ProbePick(ctx context.Context, addr string, tlsCfg *tls.Config, model strin
 	return pick, nil
 }
 
+// ReadyTLS are the TLS configs WaitReady dials with; nil = plaintext.
+type ReadyTLS struct {
+	// ExtProc dials the target's ext_proc address, Health its gRPC health address.
+	ExtProc, Health *tls.Config
+}
+
 // WaitReady polls until the target's gRPC health answers SERVING and a probe request gets a pick
 // inside pool, or timeout passes, or the target exits (the error then says so).
-func WaitReady(ctx context.Context, t Target, addrs TargetAddrs, tlsCfg *tls.Config, model string, pool []string, timeout, poll time.Duration) error {
+func WaitReady(ctx context.Context, t Target, addrs TargetAddrs, tlsCfg ReadyTLS, model string, pool []string, timeout, poll time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var last error
@@ -109,11 +115,12 @@ func WaitReady(ctx context.Context, t Target, addrs TargetAddrs, tlsCfg *tls.Con
 		default:
 		}
 		attempt, acancel := context.WithTimeout(ctx, 2*time.Second)
-		if err := CheckHealth(attempt, addrs.Health, tlsCfg); err != nil {
+		if err := CheckHealth(attempt, addrs.Health, tlsCfg.Health); err != nil {
 			last = err
+			stage = "gRPC health SERVING"
 		} else {
 			stage = "a first successful pick"
-			if _, err := ProbePick(attempt, addrs.GRPC, tlsCfg, model, pool, 2*time.Second); err != nil {
+			if _, err := ProbePick(attempt, addrs.GRPC, tlsCfg.ExtProc, model, pool, 2*time.Second); err != nil {
 				last = err
 			} else {
 				acancel()
@@ -123,23 +130,28 @@ func WaitReady(ctx context.Context, t Target, addrs TargetAddrs, tlsCfg *tls.Con
 		acancel()
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("target %s not ready within %s (waiting for %s): %v%s", t.Name(), timeout, stage, last, tlsHint(last, tlsCfg))
+			hint := tlsHint(last, tlsCfg.ExtProc, "--target-tls")
+			if stage == "gRPC health SERVING" {
+				hint = tlsHint(last, tlsCfg.Health, "--target-health-tls")
+			}
+			return fmt.Errorf("target %s not ready within %s (waiting for %s): %v%s", t.Name(), timeout, stage, last, hint)
 		case <-t.Exited():
 		case <-time.After(poll):
 		}
 	}
 }
 
-// tlsHint suggests --target-tls when the error looks like a TLS mismatch.
-func tlsHint(err error, tlsCfg *tls.Config) string {
+// tlsHint suggests flag (--target-tls or --target-health-tls) when the error looks like a TLS
+// mismatch.
+func tlsHint(err error, tlsCfg *tls.Config, flag string) string {
 	if err == nil {
 		return ""
 	}
 	switch msg := err.Error(); {
 	case tlsCfg == nil && strings.Contains(msg, "server preface"):
-		return " (the target may serve TLS: try --target-tls insecure or ca:<file>)"
+		return " (the target may serve TLS: try " + flag + " insecure or ca:<file>)"
 	case tlsCfg != nil && (strings.Contains(msg, "first record does not look like a TLS handshake") || strings.Contains(msg, "tls:")):
-		return " (a TLS problem: does the target serve TLS, and does --target-tls trust its certificate? plaintext targets need --target-tls plaintext)"
+		return " (a TLS problem: does the target serve TLS, and does " + flag + " trust its certificate? plaintext targets need " + flag + " plaintext)"
 	}
 	return ""
 }

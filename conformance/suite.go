@@ -43,6 +43,9 @@ type Suite struct {
 	TargetTLS *tls.Config
 	// HealthAddress is the target's gRPC health address (host:port); may equal TargetAddress.
 	HealthAddress string
+	// HealthTLS is the TLS config to dial HealthAddress with; nil = plaintext. It equals
+	// TargetTLS unless the run set it apart (--target-health-tls).
+	HealthTLS *tls.Config
 	// MetricsAddress is the target's Prometheus address (host:port), "" when unknown.
 	MetricsAddress string
 	// TargetName names the target in messages ("reference", "command", "address").

@@ -35,8 +35,8 @@ func runEPPHealth(t conformance.TestingT, s *conformance.Suite) {
 		t.Fatalf("precondition: no gRPC health address for the target")
 	}
 	creds := insecure.NewCredentials()
-	if s.TargetTLS != nil {
-		creds = credentials.NewTLS(s.TargetTLS)
+	if s.HealthTLS != nil {
+		creds = credentials.NewTLS(s.HealthTLS)
 	}
 	conn, err := grpc.NewClient(s.HealthAddress, grpc.WithTransportCredentials(creds))
 	if err != nil {
