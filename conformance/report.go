@@ -48,6 +48,9 @@ type ConformanceReport struct {
 	// GatewayAPIInferenceExtensionVersion is the GIE version tested (lower camel case on purpose,
 	// unlike GIE's own capitalised key).
 	GatewayAPIInferenceExtensionVersion string `json:"gatewayAPIInferenceExtensionVersion"`
+	// GatewayAPIInferenceExtensionChannel is the extension channel, always PublishChannel
+	// ("standard"); GIE's conformance/reports/README.md asks every report for it.
+	GatewayAPIInferenceExtensionChannel string `json:"gatewayAPIInferenceExtensionChannel,omitempty"`
 	// EppkitVersion is the eppkit build that ran the suite.
 	EppkitVersion string `json:"eppkitVersion"`
 	// SpecVersion is SpecVersion.
@@ -133,6 +136,7 @@ func BuildReport(p Profile, meta ReportMeta, results []TestResult) ConformanceRe
 			SucceededProvisionalTests: provisional,
 		},
 		GatewayAPIInferenceExtensionVersion: GatewayAPIInferenceExtensionVersion,
+		GatewayAPIInferenceExtensionChannel: PublishChannel,
 		EppkitVersion:                       meta.EppkitVersion,
 		SpecVersion:                         SpecVersion,
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -57,6 +58,7 @@ type conformanceFlags struct {
 	allFeatures                                                bool
 	reportDir, timeoutConfig, command, address, healthAddress  string
 	targetTLS, configFile, logDir                              string
+	healthTLS, expectFailures, publishDir                      string
 	org, project, url, implVersion                             string
 	contact                                                    []string
 	seed                                                       int64
@@ -80,7 +82,12 @@ killed at the end; fields {{.Eppkit}} {{.Endpoints}} {{.GRPCPort}} {{.HealthPort
 at --address).
 
 Exit codes: 0 all tests that ran passed, 1 a test failed, 2 the harness or target could not start,
-3 bad flags.`,
+3 bad flags. With --expect-failures, 0 means the failed tests are exactly the listed ones and 1 that
+they differ (a listed test that passed counts as a change).
+
+--publish-dir writes the GIE publication layout (<dir>/<GIE version>/epp/<organization>-<project>/:
+one <channel>-<version>-<mode>-<profile>-report.yaml per profile and a README.md with the results
+table and a Reproduce section), ready to copy into GIE's conformance/reports/.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if err := cobra.NoArgs(cmd, args); err != nil {
 				return badFlags("%v", err)
@@ -109,6 +116,9 @@ Exit codes: 0 all tests that ran passed, 1 a test failed, 2 the harness or targe
 	fl.StringVar(&f.address, "address", "", "ext_proc host:port of the address target")
 	fl.StringVar(&f.healthAddress, "health-address", "", "gRPC health host:port of the address target (default --address)")
 	fl.StringVar(&f.targetTLS, "target-tls", "plaintext", "TLS to the target: plaintext, insecure (any certificate) or ca:<file>")
+	fl.StringVar(&f.healthTLS, "target-health-tls", "", "TLS to the target's gRPC health port, as --target-tls (default: the same as --target-tls; the upstream EPP serves health in plaintext even with TLS on)")
+	fl.StringVar(&f.expectFailures, "expect-failures", "", "file of test ShortNames expected to fail (one a line, # comments): exit 0 only if exactly these fail")
+	fl.StringVar(&f.publishDir, "publish-dir", "", "also write the GIE publication layout under this directory (GIE's conformance/reports; requires the implementation flags)")
 	fl.StringVar(&f.configFile, "config-file", "", "EndpointPickerConfig file given to the target as {{.ConfigFile}} (reference: --config-file)")
 	fl.StringVar(&f.logDir, "log-dir", "out/conformance", "directory for the target's log")
 	fl.Int64Var(&f.seed, "seed", 0, "seed for the fakes and the tests (0 = from the clock; EPPKIT_SEED overrides)")
@@ -146,6 +156,20 @@ type runPlan struct {
 	source   conformance.EndpointSource
 	meta     conformance.ReportMeta
 	seed     int64
+	expect   conformance.ExpectedFailures
+}
+
+// parseHealthTLS parses --target-health-tls; set is false when it is empty (health is dialled
+// like ext_proc).
+func parseHealthTLS(s string) (cfg *tls.Config, set bool, err error) {
+	if s == "" {
+		return nil, false, nil
+	}
+	cfg, err = conformance.ParseTargetTLS(s)
+	if err != nil {
+		return nil, false, errors.New(strings.Replace(err.Error(), "--target-tls", "--target-health-tls", 1))
+	}
+	return cfg, true, nil
 }
 
 // plan validates the flags; every error is a badFlags (exit 3) naming the flag.
@@ -196,6 +220,14 @@ func plan(f conformanceFlags, tests []conformance.ConformanceTest) (*runPlan, er
 	if _, err := conformance.ParseTargetTLS(f.targetTLS); err != nil {
 		return nil, badFlags("%v", err)
 	}
+	if _, _, err := parseHealthTLS(f.healthTLS); err != nil {
+		return nil, badFlags("%v", err)
+	}
+	if f.expectFailures != "" {
+		if p.expect, err = conformance.LoadExpectedFailures(f.expectFailures, tests); err != nil {
+			return nil, badFlags("%v", err)
+		}
+	}
 	if f.fleetSize < 1 || f.fleetSize > 250 {
 		return nil, badFlags("--fleet-size: must be in [1,250], got %d", f.fleetSize)
 	}
@@ -207,9 +239,12 @@ func plan(f conformanceFlags, tests []conformance.ConformanceTest) (*runPlan, er
 		EppkitVersion:  version,
 		Selection:      p.sel,
 	}
-	if f.reportDir != "" {
+	for flag, dir := range map[string]string{"--report-output": f.reportDir, "--publish-dir": f.publishDir} {
+		if dir == "" {
+			continue
+		}
 		if err := p.meta.Implementation.Validate(); err != nil {
-			return nil, badFlags("--report-output needs --organization --project --url --version --contact: %v", err)
+			return nil, badFlags("%s needs --organization --project --url --version --contact: %v", flag, err)
 		}
 	}
 	p.seed = f.seed
@@ -232,6 +267,7 @@ func runConformance(cmd *cobra.Command, f conformanceFlags) error {
 		return err
 	}
 	tlsCfg, _ := conformance.ParseTargetTLS(f.targetTLS)
+	healthTLS, healthTLSSet, _ := parseHealthTLS(f.healthTLS)
 	eppkit, err := os.Executable()
 	if err != nil {
 		return &exitError{code: exitHarness, err: fmt.Errorf("locate the eppkit binary: %w", err)}
@@ -255,7 +291,7 @@ func runConformance(cmd *cobra.Command, f conformanceFlags) error {
 	if runs > 0 {
 		logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo}))
 		suite, err = conformance.StartHarness(ctx, conformance.HarnessConfig{
-			Target: p.target, TargetTLS: tlsCfg, Source: p.source, Eppkit: eppkit, ConfigFile: f.configFile,
+			Target: p.target, TargetTLS: tlsCfg, HealthTLS: healthTLS, HealthTLSSet: healthTLSSet, Source: p.source, Eppkit: eppkit, ConfigFile: f.configFile,
 			LogDir: f.logDir, Timeouts: p.timeouts, Seed: p.seed, FleetSize: f.fleetSize, FleetPort: f.fleetPort, Logger: logger,
 		})
 		if err != nil {
@@ -286,7 +322,22 @@ func runConformance(cmd *cobra.Command, f conformanceFlags) error {
 			fmt.Fprintf(out, "summary: %s\n", abs)
 		}
 	}
+	if f.publishDir != "" {
+		pf, err := conformance.WritePublication(f.publishDir, p.meta, results, reproduceLines(f))
+		if err != nil {
+			return &exitError{code: exitHarness, err: fmt.Errorf("write the publication layout: %w", err)}
+		}
+		fmt.Fprintf(out, "publication: %s (%d reports, README.md)\n", pf.Dir, len(pf.Reports))
+	}
 	fmt.Fprintf(out, "finished in %s (seed %d)\n", time.Since(start).Round(time.Millisecond), p.seed)
+	if f.expectFailures != "" && !errors.Is(ctx.Err(), context.Canceled) {
+		d := p.expect.Compare(p.sel, results)
+		fmt.Fprintf(out, "expected failures (%s: %s): %s\n", f.expectFailures, strings.Join(p.expect.Tests, ", "), d)
+		if !d.Matched() {
+			return &exitError{code: exitTestFailed, err: fmt.Errorf("the results changed against %s: %s", f.expectFailures, d)}
+		}
+		return nil
+	}
 	if failed > 0 {
 		return &exitError{code: exitTestFailed, err: fmt.Errorf("%d conformance test(s) failed", failed)}
 	}
@@ -294,4 +345,18 @@ func runConformance(cmd *cobra.Command, f conformanceFlags) error {
 		return &exitError{code: exitHarness, err: errors.New("interrupted")}
 	}
 	return nil
+}
+
+// reproduceLines are the Reproduce section of a publication README: build eppkit, build the
+// pinned control plane when the apiserver source is used, and this run's command line.
+func reproduceLines(f conformanceFlags) []string {
+	lines := []string{"make build"}
+	if f.source == "apiserver" {
+		lines = append(lines, "./bin/eppkit tools build k8s && ./bin/eppkit tools build gie --only crds")
+	}
+	args := []string{"./bin/eppkit"}
+	for _, a := range os.Args[1:] {
+		args = append(args, conformance.ShellQuote(a))
+	}
+	return append(lines, strings.Join(args, " "))
 }

@@ -36,6 +36,10 @@ func TestConformanceFlagErrorsExit3(t *testing.T) {
 	if err := os.WriteFile(badTimeouts, []byte("pol: 1s\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	unknownExpected := filepath.Join(dir, "expected.txt")
+	if err := os.WriteFile(unknownExpected, []byte("EPPHealth # fine\nNoSuchTest\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	meta := []string{"--organization", "o", "--project", "p", "--url", "u", "--version", "v", "--contact", "c"}
 	for _, tc := range []struct {
 		name string
@@ -61,6 +65,10 @@ func TestConformanceFlagErrorsExit3(t *testing.T) {
 		{"bad timeout config", []string{"--timeout-config", badTimeouts}, "--timeout-config"},
 		{"report without metadata", []string{"--report-output", dir}, "--report-output"},
 		{"report with partial metadata", append([]string{"--report-output", dir}, meta[:6]...), "version"},
+		{"bad health tls", []string{"--target-health-tls", "maybe"}, "--target-health-tls"},
+		{"publish without metadata", []string{"--publish-dir", dir}, "--publish-dir"},
+		{"missing expected failures", []string{"--expect-failures", filepath.Join(dir, "none.txt")}, "--expect-failures"},
+		{"unknown expected failure", []string{"--expect-failures", unknownExpected}, "no test named \"NoSuchTest\""},
 		{"fleet size", []string{"--fleet-size", "0"}, "--fleet-size"},
 		{"fleet port", []string{"--fleet-port", "70000"}, "--fleet-port"},
 		{"positional arg", []string{"extra"}, "unknown command"},
