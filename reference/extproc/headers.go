@@ -26,16 +26,20 @@ func resultHeaders(res *framework.SchedulingResult) []*corev3.HeaderValueOption 
 	if res == nil || len(res.RequestHeaders) == 0 {
 		return nil
 	}
-	keys := make([]string, 0, len(res.RequestHeaders))
+	lower := make(map[string]string, len(res.RequestHeaders)) // lower-case key → original key
 	for k := range res.RequestHeaders {
 		if lk := strings.ToLower(k); lk != "" && !reservedHeaders[lk] && !strings.HasPrefix(lk, ":") {
-			keys = append(keys, k)
+			lower[lk] = k
 		}
+	}
+	keys := make([]string, 0, len(lower))
+	for lk := range lower {
+		keys = append(keys, lk)
 	}
 	sort.Strings(keys)
 	out := make([]*corev3.HeaderValueOption, 0, len(keys))
-	for _, k := range keys {
-		out = append(out, header(strings.ToLower(k), res.RequestHeaders[k]))
+	for _, lk := range keys {
+		out = append(out, header(lk, res.RequestHeaders[lower[lk]]))
 	}
 	return out
 }

@@ -96,7 +96,7 @@ var _ = ginkgo.Describe("Training samples", ginkgo.Label(suiteLabel), func() {
 		ginkgo.It("should count tokens from the usage block when it has one", func(ctx context.Context) {
 			s := dispatch(ctx, rt, clk, "r1", "p", eps)
 			s.headers("text/event-stream")
-			s.chunk(40*time.Millisecond, tok)            // first token at 40 ms
+			s.chunk(40*time.Millisecond, tok)             // first token at 40 ms
 			s.chunk(60*time.Millisecond, tok+tok+tok+tok) // several tokens per chunk
 			s.end(0, 7, true)                             // usage: 7 completion tokens
 			entries := pred.Entries()
