@@ -21,15 +21,18 @@ var adminIgnoredKeys = []string{"kv-cache-transfer-latency", "kv-cache-transfer-
 // optional in a POST; "fake-metrics": null unpins the metrics). Keys are the simulator's.
 type AdminConfig struct {
 	Latency
-	FakeMetrics          *FakeMetrics               `json:"fake-metrics"`
-	FailureInjectionRate int                        `json:"failure-injection-rate"`
-	FailureTypes         []string                   `json:"failure-types"`
-	Ignored              map[string]json.RawMessage `json:"ignored,omitempty"`
+	FakeMetrics          *FakeMetrics `json:"fake-metrics"`
+	FailureInjectionRate int          `json:"failure-injection-rate"`
+	FailureTypes         []string     `json:"failure-types"`
+	// HealthStatus (eppkit only, not a simulator key) is the HTTP status GET /health answers:
+	// 200 (0 in a POST means 200) or 500–599 to fail readiness probes.
+	HealthStatus int                        `json:"health-status,omitempty"`
+	Ignored      map[string]json.RawMessage `json:"ignored,omitempty"`
 }
 
 func (d *dynamic) admin() AdminConfig {
 	return AdminConfig{Latency: d.latency, FakeMetrics: d.fakeMetrics, FailureInjectionRate: d.failureRate,
-		FailureTypes: slices.Clone(d.failureTypes), Ignored: maps.Clone(d.ignored)}
+		FailureTypes: slices.Clone(d.failureTypes), HealthStatus: d.healthStatus, Ignored: maps.Clone(d.ignored)}
 }
 
 // AdminConfig returns the run-time configuration.
@@ -83,6 +86,12 @@ func (s *Server) UpdateAdminConfig(body []byte) (AdminConfig, error) {
 			var types []string
 			err = json.Unmarshal(v, &types)
 			next.failureTypes = types
+		case "health-status":
+			var code int
+			if err = json.Unmarshal(v, &code); err == nil && code != 0 && code != http.StatusOK && (code < 500 || code > 599) {
+				err = fmt.Errorf("want 200 or 500–599, got %d", code)
+			}
+			next.healthStatus = code
 		case "fake-metrics":
 			if string(bytes.TrimSpace(v)) == "null" {
 				next.fakeMetrics = nil

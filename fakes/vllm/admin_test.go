@@ -2,6 +2,9 @@ package vllm
 
 import (
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -44,6 +47,41 @@ func TestConcurrentAdminUpdatesOfDifferentKeysAreAllKept(t *testing.T) {
 				t.Fatalf("round %d of %d (%d concurrent updates): ignored %s = %s, want %s (an update was lost)",
 					round, rounds, len(keys), k, got.Ignored[k], want)
 			}
+		}
+	}
+}
+
+// TestAdminHealthStatus: "health-status" changes what GET /health answers (a failing readiness
+// probe for suites/e2e); values other than 0, 200 and 5xx are refused naming the key.
+func TestAdminHealthStatus(t *testing.T) {
+	srv := startTest(t, nil).Ranks[0]
+	health := func() int {
+		rec := httptest.NewRecorder()
+		srv.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/health", nil))
+		return rec.Code
+	}
+	cases := []struct {
+		body    string
+		want    int
+		wantErr bool
+	}{
+		{`{"health-status": 503}`, 503, false},
+		{`{"health-status": 200}`, 200, false},
+		{`{"health-status": 500}`, 500, false},
+		{`{"health-status": 0}`, 200, false},
+		{`{"health-status": 404}`, 200, true},
+		{`{"health-status": "bad"}`, 200, true},
+	}
+	for _, c := range cases {
+		_, err := srv.UpdateAdminConfig([]byte(c.body))
+		if (err != nil) != c.wantErr {
+			t.Fatalf("%s: err = %v, want error %v", c.body, err, c.wantErr)
+		}
+		if err != nil && !strings.Contains(err.Error(), "health-status") {
+			t.Errorf("%s: error %q does not name the key", c.body, err)
+		}
+		if got := health(); got != c.want {
+			t.Errorf("after %s: GET /health = %d, want %d", c.body, got, c.want)
 		}
 	}
 }

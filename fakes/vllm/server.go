@@ -47,6 +47,9 @@ type dynamic struct {
 	failureTypes []string
 	// ignored are simulator keys accepted by /admin/config and not modelled.
 	ignored map[string]json.RawMessage
+	// healthStatus is the status GET /health answers (0 = 200); eppkit's admin key
+	// "health-status", so a test can fail a readiness probe (suites/e2e).
+	healthStatus int
 }
 
 // Server is one data-parallel rank of a fake vLLM server.
@@ -215,7 +218,13 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/models", s.handleModels)
 	mux.HandleFunc("POST /v1/load_lora_adapter", s.handleLoadLora)
 	mux.HandleFunc("POST /v1/unload_lora_adapter", s.handleUnloadLora)
-	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
+		code := s.dyn.Load().healthStatus
+		if code == 0 {
+			code = http.StatusOK
+		}
+		w.WriteHeader(code)
+	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.met.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /admin/config", s.handleAdminGet)
 	mux.HandleFunc("POST /admin/config", s.handleAdminPost)
