@@ -1,14 +1,21 @@
 package latency
 
 import (
-	"errors"
-
 	"github.com/eppkit/eppkit/reference/framework"
 	"github.com/eppkit/eppkit/reference/predictor"
 )
 
-// newHTTPPredictor builds the HTTP client of the upstream-compatible predictor servers.
-func newHTTPPredictor(params ProducerParameters, _ framework.Handle) (predictor.Predictor, error) {
-	_ = params
-	return nil, errors.New("parameters.predictionServerURLs: the HTTP predictor client is not built yet (reference/predictor has no client)")
+// newHTTPPredictor builds the HTTP client of upstream-compatible predictor servers
+// (reference/predictor.Client): predictions round-robin over parameters.predictionServerURLs,
+// training to parameters.trainingServerURL, on the handle's clock.
+func newHTTPPredictor(params ProducerParameters, h framework.Handle) (predictor.Predictor, error) {
+	cfg := predictor.ClientConfig{PredictionURLs: params.PredictionServerURLs, TrainingURL: params.TrainingServerURL}
+	if h != nil && h.Clock() != nil {
+		cfg.Clock = h.Clock()
+	}
+	c, err := predictor.NewClient(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
 }

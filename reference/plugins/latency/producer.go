@@ -291,7 +291,7 @@ func NewProducer(name string, params ProducerParameters, pred predictor.Predicto
 		"contextTTL":                         len(params.ContextTTL) > 0,
 	} {
 		if set {
-			logger.Warn("upstream parameter accepted and ignored by eppkit", "plugin", p.typedName.String(), "field", "parameters."+field)
+			logger.Warn("upstream parameter accepted and ignored by eppkit", "field", "parameters."+field)
 		}
 	}
 	if ctx := h.Context(); ctx != nil {
@@ -382,11 +382,11 @@ func (p *Producer) PrepareRequestData(ctx context.Context, req *framework.LLMReq
 			p.predictErrors.Add(1)
 			if !p.failing.Swap(true) {
 				p.logger.Warn("latency predictor failed; scoring without predictions until it answers again",
-					"plugin", p.typedName.String(), "error", err)
+					"error", err)
 			}
 		default:
 			if p.failing.Swap(false) {
-				p.logger.Info("latency predictor answers again", "plugin", p.typedName.String())
+				p.logger.Info("latency predictor answers again")
 			}
 			st.predicted = make(map[string]predictor.PredictionResponse, len(preds))
 			p.mu.Lock()
@@ -607,7 +607,7 @@ func (p *Producer) ResponseComplete(ctx context.Context, req *framework.LLMReque
 	p.trainEntries.Add(int64(len(entries)))
 	if err := p.pred.AddTrainingData(context.WithoutCancel(ctx), entries); err != nil {
 		p.trainErrors.Add(1)
-		p.logger.Debug("latency predictor refused training data", "plugin", p.typedName.String(), "error", err)
+		p.logger.Debug("latency predictor refused training data", "error", err)
 	}
 }
 
@@ -750,7 +750,7 @@ func (p *Producer) runSweeper(ctx context.Context, clk clock.WithTicker) {
 			return
 		case <-t.C():
 			if n := p.SweepFlights(DefaultFlightTTL); n > 0 {
-				p.logger.Warn("released requests that never completed", "plugin", p.typedName.String(), "count", n)
+				p.logger.Warn("released requests that never completed", "count", n)
 			}
 			p.purgeDeparted()
 		}

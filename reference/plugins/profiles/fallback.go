@@ -122,19 +122,19 @@ func (h *LatencyFallbackProfileHandler) Ready() bool {
 		}
 		h.ready = func() bool { return false }
 		if h.lookup == nil {
-			h.logger.Error("no plugin lookup; the fallback profile always runs", "plugin", h.typedName.String())
+			h.logger.Error("no plugin lookup; the fallback profile always runs")
 			return
 		}
 		p, ok := h.lookup(h.params.PredictorPlugin)
 		if !ok {
 			h.logger.Error("parameters.predictorPlugin: no such plugin; the fallback profile always runs",
-				"plugin", h.typedName.String(), "predictorPlugin", h.params.PredictorPlugin)
+				"predictorPlugin", h.params.PredictorPlugin)
 			return
 		}
 		rs, ok := p.(ReadinessSource)
 		if !ok {
 			h.logger.Error("parameters.predictorPlugin: the plugin does not report predictor readiness; the fallback profile always runs",
-				"plugin", h.typedName.String(), "predictorPlugin", p.TypedName().String())
+				"predictorPlugin", p.TypedName().String())
 			return
 		}
 		h.ready = rs.PredictorReady
