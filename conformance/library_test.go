@@ -410,7 +410,7 @@ func TestCatalogue(t *testing.T) {
 	md := Catalogue([]ConformanceTest{ct})
 	for _, want := range []string{"## Profile EPP-Routing (1 tests)", "| PrefixCacheAffinity | Prefix | upstream |",
 		`prefix-cache-scorer \| enabled`,
-		"`eppkit conformance --target reference --profiles EPP-Routing --run-test Prefix --supported-features PrefixCacheAffinity`",
+		"`eppkit conformance --target reference --profiles EPP-Routing --run-test Prefix --supported-features PrefixCacheAffinity --config-file manifests/epp-configs/conformance.yaml`",
 		"## Profile EPP (0 tests)"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("catalogue lacks %q:\n%s", want, md)

@@ -106,6 +106,10 @@ type ConformanceTest struct {
 	Source string
 	// Provisional marks a test whose rule may still change; its failures are reported, not hidden.
 	Provisional bool
+	// EndpointSource names the endpoint source the test needs to run in full ("apiserver": it
+	// changes the pool while the EPP runs); "" means any. With another source the test skips or
+	// runs only its static part, as its Preconditions say.
+	EndpointSource string
 	// Run performs the test against the harness.
 	Run func(t TestingT, s *Suite)
 }

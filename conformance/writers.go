@@ -254,11 +254,23 @@ func Catalogue(tests []ConformanceTest) string {
 	return b.String()
 }
 
-// RunAloneCommand is the command line that runs only ct against the reference EPP.
+// RunAloneConfig is the reference's EndpointPickerConfig that claims every feature with tests
+// (make conformance uses it); RunAloneCommand passes it for feature-gated and Reference tests.
+const RunAloneConfig = "manifests/epp-configs/conformance.yaml"
+
+// RunAloneCommand is the command line that runs only ct against the reference EPP, from the
+// repository root: with the endpoint source the test needs (ct.EndpointSource) and, for
+// feature-gated and Reference tests, the reference config that enables every tested plugin.
 func RunAloneCommand(ct ConformanceTest) string {
 	cmd := "eppkit conformance --target reference --profiles " + string(ct.Profile) + " --run-test " + ct.ShortName
+	if ct.EndpointSource != "" {
+		cmd += " --endpoint-source " + ct.EndpointSource
+	}
 	if len(ct.Features) > 0 {
 		cmd += " --supported-features " + strings.ReplaceAll(featureList(ct.Features), ", ", ",")
+	}
+	if len(ct.Features) > 0 || ct.Profile == ProfileReference {
+		cmd += " --config-file " + RunAloneConfig
 	}
 	return cmd
 }

@@ -22,7 +22,8 @@ func init() {
 			"the empty-pool half runs only with an endpoint source that can mark endpoints not ready (apiserver); with the static source only the hint half runs"},
 		Source: "GIE proposal 004 (docs/proposals/004-endpoint-picker-protocol): Endpoint Subset (\"If none of the endpoints in the list is eligible ... 503\") " +
 			"and Destination Endpoint (\"503 ... if there are no ready endpoints\"); SPEC §5.1",
-		Run: runEPPNoEligibleEndpoint503,
+		EndpointSource: "apiserver",
+		Run:            runEPPNoEligibleEndpoint503,
 	})
 }
 

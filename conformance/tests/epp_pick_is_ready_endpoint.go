@@ -18,8 +18,9 @@ func init() {
 		Profile: conformance.ProfileEPP,
 		Preconditions: []string{"the EPP serves the pool's base model",
 			"the not-ready half runs only with an endpoint source that can mark endpoints not ready (apiserver); with the static source only pool membership is checked"},
-		Source: "GIE proposal 004 (docs/proposals/004-endpoint-picker-protocol), Endpoint Subset: without a hint the EPP MUST select from the InferencePool; SPEC §5.1",
-		Run:    runEPPPickIsReadyEndpoint,
+		Source:         "GIE proposal 004 (docs/proposals/004-endpoint-picker-protocol), Endpoint Subset: without a hint the EPP MUST select from the InferencePool; SPEC §5.1",
+		EndpointSource: "apiserver",
+		Run:            runEPPPickIsReadyEndpoint,
 	})
 }
 
