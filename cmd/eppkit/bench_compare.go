@@ -61,7 +61,7 @@ Writes results.json, comparison.json and the plots under --output-dir (default o
 		RunE: func(cmd *cobra.Command, _ []string) error { return runBenchCompare(cmd, &f) },
 	}
 	fl := cmd.Flags()
-	f.register(fl, "4,8,12")
+	f.register(fl, "8,16,24,32")
 	fl.StringVar(&f.policies, "policies", strings.Join(allPolicies, ","), "policies to run, in order (round-robin first: it is the baseline)")
 	fl.StringVar(&f.command, "command", "", "the command policy: an EPP command template, as eppkit conformance --target command")
 	fl.StringVar(&f.commandSource, "command-endpoint-source", "static", "endpoint source of the command policy: static or apiserver")
@@ -100,7 +100,12 @@ func runBenchCompare(cmd *cobra.Command, f *compareFlags) error {
 	defer cancel()
 	fmt.Fprintf(stderr, "eppkit bench compare: %d policies, workload %s, rate %s req/s over %v each, seed %d, load average %s\n",
 		len(targets), f.workload, f.rate, f.duration, f.seed, bench.LoadAverage())
+	stop, err := f.startProfile()
+	if err != nil {
+		return err
+	}
 	c, err := bench.Compare(ctx, rc, targets, stderr)
+	stop()
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -42,6 +43,7 @@ type serveFlags struct {
 	percentileMetrics, metricPercentiles                string
 	outputDir, logDir                                   string
 	noProgress, verbose                                 bool
+	cpuProfile                                          string
 }
 
 func (f *serveFlags) register(fl *pflag.FlagSet, defaultRate string) {
@@ -75,6 +77,24 @@ func (f *serveFlags) register(fl *pflag.FlagSet, defaultRate string) {
 	fl.StringVar(&f.logDir, "log-dir", "", "target logs (default <output-dir>/logs)")
 	fl.BoolVar(&f.noProgress, "no-progress", false, "no progress bar")
 	fl.BoolVar(&f.verbose, "verbose", false, "log harness progress")
+	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of this process (load generator, gateway, fleet) to this file")
+	_ = fl.MarkHidden("cpuprofile")
+}
+
+// startProfile starts the --cpuprofile CPU profile; the returned func stops it.
+func (f *serveFlags) startProfile() (func(), error) {
+	if f.cpuProfile == "" {
+		return func() {}, nil
+	}
+	fh, err := os.Create(f.cpuProfile)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(fh); err != nil {
+		fh.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); fh.Close() }, nil
 }
 
 // spec builds the workload spec from the flags.
@@ -228,7 +248,7 @@ address (an EPP already running at --address, told the fleet's addresses in adva
   eppkit bench --target round-robin --workload shared-prefix --rate 4,8,12 --duration 60s
   eppkit bench compare --workload shared-prefix --duration 60s`
 	fl := cmd.Flags()
-	f.register(fl, "8")
+	f.register(fl, "16")
 	fl.StringVar(&f.target, "target", "", "target EPP: reference, round-robin, command, address (required to run)")
 	fl.StringVar(&f.command, "command", "", "command target: the EPP command template ({{.Eppkit}} {{.Endpoints}} {{.GRPCPort}} …)")
 	fl.StringVar(&f.address, "address", "", "address target: the EPP's ext_proc host:port")
@@ -282,7 +302,12 @@ func runServingBench(cmd *cobra.Command, f *singleFlags) error {
 	defer cancel()
 	fmt.Fprintf(stderr, "eppkit bench: target %s, workload %s, rate %s req/s over %v, seed %d, load average %s\n",
 		name, f.workload, f.rate, f.duration, f.seed, bench.LoadAverage())
+	stop, err := f.startProfile()
+	if err != nil {
+		return err
+	}
 	res, err := bench.Run(ctx, rc)
+	stop()
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}

@@ -47,6 +47,9 @@ type Sample struct {
 	// (busy = total − idle − iowait), for CPU use between two samples.
 	CPUBusy  uint64 `json:"cpu_busy"`
 	CPUTotal uint64 `json:"cpu_total"`
+	// SelfCPU is this process's cumulative user + system CPU time (load generator, gateway and
+	// fleet run in it; the EPP does not), in jiffies like CPUTotal.
+	SelfCPU uint64 `json:"self_cpu"`
 	// Endpoints maps an endpoint name to its scrape.
 	Endpoints map[string]EndpointSample `json:"endpoints"`
 }
@@ -104,6 +107,7 @@ func (m *Monitor) Stop() []Sample {
 func (m *Monitor) sample(ctx context.Context, start time.Time) {
 	s := Sample{AtMs: ms(time.Since(start)), Endpoints: map[string]EndpointSample{}}
 	s.CPUBusy, s.CPUTotal, _ = ReadProcStat()
+	s.SelfCPU, _ = readSelfCPU()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	for name, url := range m.Endpoints {
@@ -214,6 +218,35 @@ func parseCPULine(line string) (busy, total uint64, err error) {
 		idle += v[4]
 	}
 	return total - idle, total, nil
+}
+
+// readSelfCPU returns utime + stime of this process from /proc/self/stat (clock ticks, the unit of
+// /proc/stat's jiffies).
+func readSelfCPU() (uint64, error) {
+	b, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		return 0, err
+	}
+	return parseSelfStat(string(b))
+}
+
+// parseSelfStat reads fields 14 (utime) and 15 (stime) of a /proc/<pid>/stat line; the command
+// name in parentheses may contain spaces, so fields are counted after the last ')'.
+func parseSelfStat(line string) (uint64, error) {
+	i := strings.LastIndexByte(line, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/self/stat: malformed %q", line)
+	}
+	f := strings.Fields(line[i+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/self/stat: malformed %q", line)
+	}
+	u, err1 := strconv.ParseUint(f[11], 10, 64)
+	s, err2 := strconv.ParseUint(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("/proc/self/stat: malformed %q", line)
+	}
+	return u + s, nil
 }
 
 // LoadAverage returns /proc/loadavg's first three fields ("" when unreadable).

@@ -139,6 +139,9 @@ type StepResult struct {
 	// when unknown; Valid is CPUPercent < MaxValidCPUPercent.
 	CPUPercent float64 `json:"cpu_percent"`
 	Valid      bool    `json:"valid"`
+	// SelfCPUPercent is the share of the machine's CPU this process (load generator, gateway and
+	// fleet; not the EPP) used in the window, -1 when unknown.
+	SelfCPUPercent float64 `json:"self_cpu_percent"`
 	// MedianQueue is the median of every endpoint's vllm:num_requests_waiting over the window's
 	// samples; Sustained is 0 failed requests and MedianQueue ≤ MaxSustainedMedianQueue.
 	MedianQueue float64 `json:"median_queue"`
@@ -202,7 +205,7 @@ func BuildResult(target string, spec Spec, steps []Step, load *Load, percentiles
 		}
 		sr := StepResult{Index: i, Rate: st.Rate, DurationS: st.Duration.Seconds(), Metrics: ComputeMetrics(outs, percentiles)}
 		lo, hi := ms(start), ms(start+st.Duration)
-		sr.CPUPercent = cpuPercent(load.Samples, lo, hi)
+		sr.CPUPercent, sr.SelfCPUPercent = cpuPercent(load.Samples, lo, hi)
 		sr.Valid = sr.CPUPercent >= 0 && sr.CPUPercent < MaxValidCPUPercent
 		var q []float64
 		for _, s := range load.Samples {
@@ -224,9 +227,9 @@ func BuildResult(target string, spec Spec, steps []Step, load *Load, percentiles
 	return r
 }
 
-// cpuPercent is the machine's busy share between the first and last sample inside [lo, hi] ms,
-// or -1 with fewer than two samples there.
-func cpuPercent(samples []Sample, lo, hi float64) float64 {
+// cpuPercent is the machine's busy share, and this process's share, between the first and last
+// sample inside [lo, hi] ms, or -1 with fewer than two samples there.
+func cpuPercent(samples []Sample, lo, hi float64) (machine, self float64) {
 	var a, b *Sample
 	for i := range samples {
 		s := &samples[i]
@@ -239,9 +242,10 @@ func cpuPercent(samples []Sample, lo, hi float64) float64 {
 		b = s
 	}
 	if a == nil || b == a || b.CPUTotal <= a.CPUTotal {
-		return -1
+		return -1, -1
 	}
-	return 100 * float64(b.CPUBusy-a.CPUBusy) / float64(b.CPUTotal-a.CPUTotal)
+	d := float64(b.CPUTotal - a.CPUTotal)
+	return 100 * float64(b.CPUBusy-a.CPUBusy) / d, 100 * float64(b.SelfCPU-a.SelfCPU) / d
 }
 
 func endpointRows(load *Load) []EndpointRow {
@@ -398,12 +402,12 @@ func center(s string, c rune) string {
 // PrintSteps writes the ladder table: rate, completed/failed, throughput, TTFT, CPU, queue.
 func PrintSteps(w io.Writer, r *Result) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "step\trate (req/s)\tok\tfailed\treq/s\toutput tok/s\tmean TTFT (ms)\tp90 TTFT (ms)\tcached\tCPU %\tmedian queue\tvalid\tsustained\t")
+	fmt.Fprintln(tw, "step\trate (req/s)\tok\tfailed\treq/s\toutput tok/s\tmean TTFT (ms)\tp90 TTFT (ms)\tcached\tCPU %\town CPU %\tmedian queue\tvalid\tsustained\t")
 	for _, s := range r.Steps {
 		m := s.Metrics
-		fmt.Fprintf(tw, "%d\t%.2f\t%d\t%d\t%.2f\t%.1f\t%.1f\t%.1f\t%.0f%%\t%s\t%.1f\t%v\t%v\t\n", s.Index, s.Rate, m.Completed, m.Failed,
+		fmt.Fprintf(tw, "%d\t%.2f\t%d\t%d\t%.2f\t%.1f\t%.1f\t%.1f\t%.0f%%\t%s\t%s\t%.1f\t%v\t%v\t\n", s.Index, s.Rate, m.Completed, m.Failed,
 			m.RequestThroughput, m.OutputThroughput, m.TTFT.Mean, m.TTFT.Percentiles["p90"], 100*m.CachedTokenFraction,
-			cpuString(s.CPUPercent), s.MedianQueue, yesNo(s.Valid), yesNo(s.Sustained))
+			cpuString(s.CPUPercent), cpuString(s.SelfCPUPercent), s.MedianQueue, yesNo(s.Valid), yesNo(s.Sustained))
 	}
 	_ = tw.Flush()
 }

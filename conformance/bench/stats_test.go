@@ -271,3 +271,16 @@ func wordsN(n int, tag string) string {
 	}
 	return b.String()
 }
+
+func TestParseSelfStat(t *testing.T) {
+	got, err := parseSelfStat("1234 (eppkit (x) y) S 1 2 3 4 5 6 7 8 9 10 250 30 0 0 20 0")
+	if err != nil || got != 280 {
+		t.Fatalf("parseSelfStat: %d, %v; want utime 250 + stime 30", got, err)
+	}
+	if _, err := parseSelfStat("1234 eppkit S 1"); err == nil {
+		t.Fatal("malformed line accepted")
+	}
+	if v, err := readSelfCPU(); err != nil || v > 1<<40 {
+		t.Fatalf("readSelfCPU: %d, %v", v, err)
+	}
+}

@@ -97,13 +97,13 @@ type Spec struct {
 // DefaultSpec returns the defaults of workload name.
 //
 // shared-prefix defaults are upstream's high-cache shared-prefix benchmark scaled to a 2-core
-// machine with a 4-endpoint fake fleet: GIE benchmarking/prefix-cache-aware/high-cache-values.yaml
+// machine with a 2-endpoint fake fleet: GIE benchmarking/prefix-cache-aware/high-cache-values.yaml
 // runs num_groups 256, num_prompts_per_group 16, system_prompt_len 2048, question_len 256,
 // output_len 256 (llm-d guides/inference-scheduling runs 150 × 5, 6000 / 1200 / 1000). eppkit
 // keeps 16 prompts per group and the 2048-token system prompt, and scales groups to 32, the
 // question to 128 tokens and the output to 32 tokens, so that the prefix working set (32 × 2048
-// tokens) exceeds one endpoint's KV cache but fits the fleet's, and the per-token streaming cost
-// stays within the machine.
+// tokens) exceeds one endpoint's KV cache (DefaultKVCacheSize) but fits the fleet's, and the
+// per-token streaming cost stays within the machine.
 func DefaultSpec(name string) Spec {
 	s := Spec{Name: name, Seed: 1}
 	switch name {
