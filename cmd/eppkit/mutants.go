@@ -21,7 +21,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -294,28 +293,6 @@ func orNone(n mutant.Name) string {
 	return string(n)
 }
 
-func withoutEnv(env []string, names ...string) []string {
-	var out []string
-	for _, e := range env {
-		k, _, _ := strings.Cut(e, "=")
-		if !slices.Contains(names, k) {
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
-func exitCodeOf(err error) int {
-	if err == nil {
-		return 0
-	}
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return ee.ExitCode()
-	}
-	return -1
-}
-
 func lastLine(b []byte) string {
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	return strings.TrimSpace(lines[len(lines)-1])
@@ -409,5 +386,3 @@ func listOrDash(l []string) string {
 	}
 	return strings.Join(l, ", ")
 }
-
-func cellMD(s string) string { return strings.NewReplacer("|", `\|`, "\n", " ").Replace(s) }
