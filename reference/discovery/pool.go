@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/eppkit/eppkit/internal/mutant"
 	"github.com/eppkit/eppkit/reference/framework"
 	giev1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
 	giev1alpha2 "sigs.k8s.io/gateway-api-inference-extension/apix/v1alpha2"
@@ -266,7 +267,9 @@ func (s *InferencePoolSource) onPod(obj any, deleted bool) {
 	}
 	s.mu.Lock()
 	if deleted {
-		delete(s.pods, pod.Name)
+		if !(mutant.Enabled && mutant.On(mutant.RemovedEndpointKept)) {
+			delete(s.pods, pod.Name)
+		}
 	} else {
 		s.pods[pod.Name] = pod
 	}
