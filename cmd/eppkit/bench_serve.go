@@ -75,7 +75,7 @@ func (f *serveFlags) register(fl *pflag.FlagSet, defaultRate string) {
 	fl.StringVar(&f.metricPercentiles, "metric-percentiles", "90,99", "percentiles in the result block")
 	fl.StringVar(&f.outputDir, "output-dir", "", "where the JSON and plots go (default out/bench/<name>)")
 	fl.StringVar(&f.logDir, "log-dir", "", "target logs (default <output-dir>/logs)")
-	fl.BoolVar(&f.noProgress, "no-progress", false, "no progress bar")
+	fl.BoolVar(&f.noProgress, "no-progress", false, "no progress bar (it is shown only when stderr is a terminal)")
 	fl.BoolVar(&f.verbose, "verbose", false, "log harness progress")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of this process (load generator, gateway, fleet) to this file")
 	_ = fl.MarkHidden("cpuprofile")
@@ -168,7 +168,7 @@ func (f *serveFlags) runConfig(stderr io.Writer) (bench.RunConfig, error) {
 			return rc, badFlags("--workload-file %s: no requests", f.workloadFile)
 		}
 	}
-	if !f.noProgress {
+	if !f.noProgress && isTerminal(stderr) {
 		rc.Progress = stderr
 	}
 	if f.verbose {
@@ -186,6 +186,17 @@ func (f *serveFlags) runConfig(stderr io.Writer) (bench.RunConfig, error) {
 		fmt.Fprintf(stderr, "wrote %d requests to %s\n", len(plan.Requests), f.exportWorkload)
 	}
 	return rc, nil
+}
+
+// isTerminal reports whether w is a character device (a terminal): the progress bar redraws
+// its line and would fill a log file.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
 func writeJSONL(path string, reqs []bench.Request) error {

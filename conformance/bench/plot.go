@@ -18,7 +18,7 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 )
 
-// WriteOutputs writes results.json and the plots (PNG and SVG) for results into dir:
+// WriteOutputs writes results.json, vllm_<target>.json (VLLMJSON) and the plots (PNG and SVG) for results into dir:
 // ttft_cdf (TTFT CDF per target at step cmpStep, or over the whole run when cmpStep < 0),
 // ladder_throughput and ladder_p90_ttft (output throughput and p90 TTFT per ladder step and
 // target), and endpoints_<target> (requests per endpoint per second, by send time). It returns
@@ -37,6 +37,21 @@ func WriteOutputs(dir string, results []*Result, cmpStep int) ([]string, error) 
 		return nil, err
 	}
 	files = append(files, jsonPath)
+	for _, r := range results {
+		rate := 0.0
+		if len(r.Steps) == 1 {
+			rate = r.Steps[0].Rate
+		}
+		v, err := json.MarshalIndent(VLLMJSON(r, rate, []float64{50, 90, 95, 99}), "", " ")
+		if err != nil {
+			return files, err
+		}
+		path := filepath.Join(dir, "vllm_"+fileName(r.Target)+".json")
+		if err := os.WriteFile(path, append(v, '\n'), 0o644); err != nil {
+			return files, err
+		}
+		files = append(files, path)
+	}
 	save := func(p *plot.Plot, name string, w, h vg.Length) error {
 		for _, ext := range []string{".png", ".svg"} {
 			path := filepath.Join(dir, name+ext)

@@ -436,3 +436,52 @@ func yesNo(b bool) string {
 	}
 	return "no"
 }
+
+// VLLMJSON returns r in the flat layout of `vllm bench serve --save-result`
+// (vllm/benchmarks/serve.py: "duration", "completed", "total_input_tokens", …, and for each
+// metric "mean_<m>_ms", "median_<m>_ms", "std_<m>_ms", "p<p>_<m>_ms"; per-request "input_lens",
+// "output_lens", "ttfts" and "itls" in seconds, "errors"), so tools that read vLLM results read
+// eppkit's. requestRate is 0 for a ladder ("inf" is not used).
+func VLLMJSON(r *Result, requestRate float64, percentiles []float64) map[string]any {
+	m := r.Overall
+	out := map[string]any{
+		"date": r.StartedAt.Format("20060102-150405"), "backend": "openai", "model_id": "eppkit/conformance-base",
+		"endpoint_type": "eppkit-" + r.Target, "num_prompts": len(r.Outcomes), "request_rate": requestRate,
+		"burstiness": r.Burstiness, "max_concurrency": nil, "duration": m.DurationS, "completed": m.Completed,
+		"failed": m.Failed, "total_input_tokens": m.TotalInputTokens, "total_output_tokens": m.TotalOutputTokens,
+		"request_throughput": m.RequestThroughput, "request_goodput": nil, "output_throughput": m.OutputThroughput,
+		"total_token_throughput": m.TotalTokenThroughput, "max_output_tokens_per_s": m.MaxOutputTokensPerS,
+		"max_concurrent_requests": m.MaxConcurrentRequests,
+	}
+	if r.MaxConcurrency > 0 {
+		out["max_concurrency"] = r.MaxConcurrency
+	}
+	var in, outl []int
+	var ttfts []float64
+	var itls [][]float64
+	var errs []string
+	for _, o := range r.Outcomes {
+		in = append(in, o.PromptTokens)
+		outl = append(outl, o.OutputTokens)
+		ttfts = append(ttfts, o.TTFTMs/1000)
+		g := make([]float64, len(o.ITLMs))
+		for i, x := range o.ITLMs {
+			g[i] = x / 1000
+		}
+		itls = append(itls, g)
+		errs = append(errs, o.Error)
+	}
+	out["input_lens"], out["output_lens"], out["ttfts"], out["itls"], out["errors"] = in, outl, ttfts, itls, errs
+	for _, s := range []struct {
+		key string
+		d   Dist
+	}{{"ttft", m.TTFT}, {"tpot", m.TPOT}, {"itl", m.ITL}, {"e2el", m.E2EL}} {
+		out["mean_"+s.key+"_ms"] = s.d.Mean
+		out["median_"+s.key+"_ms"] = s.d.Median
+		out["std_"+s.key+"_ms"] = s.d.Std
+		for _, p := range percentiles {
+			out["p"+trimFloat(p)+"_"+s.key+"_ms"] = s.d.Percentiles[PercentileKey(p)]
+		}
+	}
+	return out
+}
