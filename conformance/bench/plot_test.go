@@ -1,0 +1,77 @@
+package bench
+
+import (
+	"encoding/json"
+	"image/png"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func syntheticResult(name string, ttft float64) *Result {
+	steps := []Step{{Rate: 1, Duration: 1e9}, {Rate: 2, Duration: 1e9}}
+	var outs []Outcome
+	for i := range 20 {
+		outs = append(outs, Outcome{ID: i, Step: i / 10, SentMs: float64(i * 100), TTFTMs: ttft + float64(i), E2EMs: 200,
+			ITLMs: []float64{50, 50}, PromptTokens: 10, OutputTokens: 3, Status: 200, Endpoint: []string{"e0", "e1"}[i%2]})
+	}
+	r := BuildResult(name, Spec{Name: WorkloadRandom}, steps, &Load{Outcomes: outs}, nil)
+	o, _ := OracleBound([]Request{{Prompt: "a b c "}}, FrozenLatencyModel())
+	r.Oracle = &o
+	return r
+}
+
+func TestWriteOutputsWritesImagesAndJSON(t *testing.T) {
+	dir := t.TempDir()
+	files, err := WriteOutputs(dir, []*Result{syntheticResult("round-robin", 100), syntheticResult("reference (x)", 20)}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"results.json", "vllm_round-robin.json", "vllm_reference--x-.json", "ttft_cdf.png", "ttft_cdf.svg",
+		"ladder_throughput.png", "ladder_p90_ttft.svg", "endpoints_round-robin.png", "endpoints_reference--x-.svg"}
+	for _, w := range want {
+		found := false
+		for _, f := range files {
+			if filepath.Base(f) == w {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("%s not written (files: %v)", w, files)
+		}
+	}
+	for _, f := range files {
+		switch filepath.Ext(f) {
+		case ".png":
+			fh, err := os.Open(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			img, err := png.Decode(fh)
+			fh.Close()
+			if err != nil || img.Bounds().Dx() < 100 {
+				t.Errorf("%s: not a PNG image: %v", f, err)
+			}
+		case ".svg":
+			b, _ := os.ReadFile(f)
+			if !strings.Contains(string(b), "<svg") {
+				t.Errorf("%s: no <svg>", f)
+			}
+		}
+	}
+	var v map[string]any
+	b, _ := os.ReadFile(filepath.Join(dir, "vllm_round-robin.json"))
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"completed", "duration", "total_output_tokens", "output_throughput", "mean_ttft_ms", "median_ttft_ms",
+		"p99_ttft_ms", "std_itl_ms", "p90_e2el_ms", "ttfts", "itls", "input_lens"} {
+		if _, ok := v[k]; !ok {
+			t.Errorf("vllm JSON lacks %q", k)
+		}
+	}
+	if v["completed"].(float64) != 20 || v["mean_ttft_ms"].(float64) != 109.5 {
+		t.Errorf("completed %v, mean_ttft_ms %v; want 20 and 109.5", v["completed"], v["mean_ttft_ms"])
+	}
+}
