@@ -1,0 +1,48 @@
+package bench
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// TestRunRoundRobinEndToEnd runs the whole pipeline without an EPP: a 2-endpoint fleet with the
+// frozen profile, the round-robin gateway over HTTP, 3 s of shared-prefix traffic at 4 req/s.
+func TestRunRoundRobinEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a fleet")
+	}
+	spec := Spec{Name: WorkloadSharedPrefix, Seed: 21, Groups: 2, PromptsPerGroup: 2, SystemPromptLen: 64, QuestionLen: 8, OutputLen: 4}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r, err := Run(ctx, RunConfig{Spec: spec, Steps: []Step{{Rate: 4, Duration: 3 * time.Second}},
+		Env: EnvConfig{Name: TargetRoundRobin, Seed: 21, FleetSize: 2, KVCacheSize: 1024, MaxModelLen: 1024}})
+	if err != nil {
+		t.Fatalf("seed 21: %v", err)
+	}
+	m := r.Overall
+	if m.Completed < 3 || m.Failed != 0 {
+		t.Fatalf("seed 21: %d completed, %d failed; want ≥ 3 (Poisson mean 12) and 0", m.Completed, m.Failed)
+	}
+	if m.TotalOutputTokens != 4*m.Completed {
+		t.Fatalf("%d output tokens for %d requests of 4", m.TotalOutputTokens, m.Completed)
+	}
+	// The frozen profile: TTFT ≥ 30 ms prefill overhead; decode gaps around 12 ms.
+	if m.TTFT.Percentiles["p50"] < 30 || m.ITL.Median < 6 {
+		t.Fatalf("TTFT p50 %.1f ms (want ≥ 30), ITL median %.1f ms (want ≈ 12)", m.TTFT.Percentiles["p50"], m.ITL.Median)
+	}
+	if len(r.Endpoints) != 2 {
+		t.Fatalf("endpoints %+v, want both members", r.Endpoints)
+	}
+	for _, e := range r.Endpoints {
+		if e.Requests == 0 || e.Share < 0.3 {
+			t.Fatalf("round-robin left endpoint %s with %d requests (share %.2f)", e.Name, e.Requests, e.Share)
+		}
+	}
+	if r.Oracle == nil || r.OracleRatio < 1 {
+		t.Fatalf("oracle %+v ratio %v: measured mean TTFT must not beat the lower bound", r.Oracle, r.OracleRatio)
+	}
+	if len(r.Samples) < 2 {
+		t.Fatalf("%d monitor samples", len(r.Samples))
+	}
+}
