@@ -42,6 +42,10 @@ type HarnessConfig struct {
 	// as kubelet gRPC probes expect.
 	HealthTLS    *tls.Config
 	HealthTLSSet bool
+	// ReadinessHeadersOnly makes the readiness probe's first pick a request without a body
+	// (--readiness-probe headers-only), so an EPP that breaks the FULL_DUPLEX_STREAMED body
+	// exchange still gets its tests run (and failed) one by one.
+	ReadinessHeadersOnly bool
 	// Source tells the target the pool (required; StaticSource{} for static).
 	Source EndpointSource
 	// Eppkit is the eppkit binary path ({{.Eppkit}}).
@@ -202,7 +206,7 @@ func StartHarness(ctx context.Context, cfg HarnessConfig) (s *Suite, err error) 
 	}
 	log.Info("waiting for the target", "grpc", addrs.GRPC, "health", addrs.Health)
 	start := time.Now()
-	if err := WaitReady(ctx, cfg.Target, addrs, ReadyTLS{ExtProc: cfg.TargetTLS, Health: s.HealthTLS}, cfg.ModelName, s.Endpoints(),
+	if err := WaitReady(ctx, cfg.Target, addrs, ReadyProbe{ExtProc: cfg.TargetTLS, Health: s.HealthTLS, HeadersOnly: cfg.ReadinessHeadersOnly}, cfg.ModelName, s.Endpoints(),
 		cfg.Timeouts.TargetReady.D(), cfg.Timeouts.Poll.D()*4); err != nil {
 		if lt, ok := cfg.Target.(interface {
 			LogTail(int) string

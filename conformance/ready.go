@@ -53,8 +53,9 @@ func CheckHealth(ctx context.Context, addr string, tlsCfg *tls.Config) error {
 
 // ProbePick sends one chat completion for model through a fresh ext_proc stream and returns the
 // pick, or an error when the EPP refused (ImmediateResponse), picked nothing, or picked an address
-// outside pool.
-func ProbePick(ctx context.Context, addr string, tlsCfg *tls.Config, model string, pool []string, timeout time.Duration) (string, error) {
+// outside pool. With headersOnly the probe is a GET /v1/models without a body (end_of_stream on
+// request_headers), which an EPP must answer at the headers phase.
+func ProbePick(ctx context.Context, addr string, tlsCfg *tls.Config, model string, pool []string, timeout time.Duration, headersOnly bool) (string, error) {
 	c, err := extprocclient.Dial(addr, tlsCfg)
 	if err != nil {
 		return "", err
@@ -73,10 +74,14 @@ func ProbePick(ctx context.Context, addr string, tlsCfg *tls.Config, model strin
 		"messages":   []map[string]string{{"role": "user", "content": "eppkit readiness probe"}},
 		"max_tokens": 1,
 	})
-	d, err := st.Exchange(ctx, extprocclient.Request{
+	req := extprocclient.Request{
 		Headers: extprocclient.RequestHeaders("POST", "/v1/chat/completions", "eppkit", body, nil),
 		Body:    body,
-	})
+	}
+	if headersOnly {
+		req = extprocclient.Request{Headers: extprocclient.RequestHeaders("GET", "/v1/models", "eppkit", nil, nil)}
+	}
+	d, err := st.Exchange(ctx, req)
 	if d != nil && d.Immediate != nil {
 		return "", fmt.Errorf("EPP answered %d: %s", d.Immediate.Status, strings.TrimSpace(string(d.Immediate.Body)))
 	}
@@ -95,15 +100,18 @@ func ProbePick(ctx context.Context, addr string, tlsCfg *tls.Config, model strin
 	return pick, nil
 }
 
-// ReadyTLS are the TLS configs WaitReady dials with; nil = plaintext.
-type ReadyTLS struct {
-	// ExtProc dials the target's ext_proc address, Health its gRPC health address.
+// ReadyProbe says how WaitReady probes the target.
+type ReadyProbe struct {
+	// ExtProc dials the target's ext_proc address, Health its gRPC health address; nil = plaintext.
 	ExtProc, Health *tls.Config
+	// HeadersOnly makes the first pick a request without a body (see ProbePick), for EPPs whose
+	// body handling is itself under test.
+	HeadersOnly bool
 }
 
 // WaitReady polls until the target's gRPC health answers SERVING and a probe request gets a pick
 // inside pool, or timeout passes, or the target exits (the error then says so).
-func WaitReady(ctx context.Context, t Target, addrs TargetAddrs, tlsCfg ReadyTLS, model string, pool []string, timeout, poll time.Duration) error {
+func WaitReady(ctx context.Context, t Target, addrs TargetAddrs, tlsCfg ReadyProbe, model string, pool []string, timeout, poll time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var last error
@@ -120,7 +128,7 @@ func WaitReady(ctx context.Context, t Target, addrs TargetAddrs, tlsCfg ReadyTLS
 			stage = "gRPC health SERVING"
 		} else {
 			stage = "a first successful pick"
-			if _, err := ProbePick(attempt, addrs.GRPC, tlsCfg.ExtProc, model, pool, 2*time.Second); err != nil {
+			if _, err := ProbePick(attempt, addrs.GRPC, tlsCfg.ExtProc, model, pool, 2*time.Second, tlsCfg.HeadersOnly); err != nil {
 				last = err
 			} else {
 				acancel()

@@ -58,7 +58,7 @@ type conformanceFlags struct {
 	allFeatures                                                bool
 	reportDir, timeoutConfig, command, address, healthAddress  string
 	targetTLS, configFile, logDir                              string
-	healthTLS, expectFailures, publishDir                      string
+	healthTLS, expectFailures, publishDir, readinessProbe      string
 	org, project, url, implVersion                             string
 	contact                                                    []string
 	seed                                                       int64
@@ -118,6 +118,7 @@ table and a Reproduce section), ready to copy into GIE's conformance/reports/.`,
 	fl.StringVar(&f.targetTLS, "target-tls", "plaintext", "TLS to the target: plaintext, insecure (any certificate) or ca:<file>")
 	fl.StringVar(&f.healthTLS, "target-health-tls", "", "TLS to the target's gRPC health port, as --target-tls (default: the same as --target-tls; the upstream EPP serves health in plaintext even with TLS on)")
 	fl.StringVar(&f.expectFailures, "expect-failures", "", "file of test ShortNames expected to fail (one a line, # comments): exit 0 only if exactly these fail")
+	fl.StringVar(&f.readinessProbe, "readiness-probe", "body", "the harness's first pick before the tests: body (a chat completion) or headers-only (GET /v1/models, for an EPP whose body exchange is broken)")
 	fl.StringVar(&f.publishDir, "publish-dir", "", "also write the GIE publication layout under this directory (GIE's conformance/reports; requires the implementation flags)")
 	fl.StringVar(&f.configFile, "config-file", "", "EndpointPickerConfig file given to the target as {{.ConfigFile}} (reference: --config-file)")
 	fl.StringVar(&f.logDir, "log-dir", "out/conformance", "directory for the target's log")
@@ -223,6 +224,9 @@ func plan(f conformanceFlags, tests []conformance.ConformanceTest) (*runPlan, er
 	if _, _, err := parseHealthTLS(f.healthTLS); err != nil {
 		return nil, badFlags("%v", err)
 	}
+	if f.readinessProbe != "body" && f.readinessProbe != "headers-only" {
+		return nil, badFlags("--readiness-probe %q: want body or headers-only", f.readinessProbe)
+	}
 	if f.expectFailures != "" {
 		if p.expect, err = conformance.LoadExpectedFailures(f.expectFailures, tests); err != nil {
 			return nil, badFlags("%v", err)
@@ -291,7 +295,8 @@ func runConformance(cmd *cobra.Command, f conformanceFlags) error {
 	if runs > 0 {
 		logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo}))
 		suite, err = conformance.StartHarness(ctx, conformance.HarnessConfig{
-			Target: p.target, TargetTLS: tlsCfg, HealthTLS: healthTLS, HealthTLSSet: healthTLSSet, Source: p.source, Eppkit: eppkit, ConfigFile: f.configFile,
+			Target: p.target, TargetTLS: tlsCfg, HealthTLS: healthTLS, HealthTLSSet: healthTLSSet,
+			ReadinessHeadersOnly: f.readinessProbe == "headers-only", Source: p.source, Eppkit: eppkit, ConfigFile: f.configFile,
 			LogDir: f.logDir, Timeouts: p.timeouts, Seed: p.seed, FleetSize: f.fleetSize, FleetPort: f.fleetPort, Logger: logger,
 		})
 		if err != nil {

@@ -66,6 +66,7 @@ func TestConformanceFlagErrorsExit3(t *testing.T) {
 		{"report without metadata", []string{"--report-output", dir}, "--report-output"},
 		{"report with partial metadata", append([]string{"--report-output", dir}, meta[:6]...), "version"},
 		{"bad health tls", []string{"--target-health-tls", "maybe"}, "--target-health-tls"},
+		{"bad readiness probe", []string{"--readiness-probe", "ping"}, "--readiness-probe"},
 		{"publish without metadata", []string{"--publish-dir", dir}, "--publish-dir"},
 		{"missing expected failures", []string{"--expect-failures", filepath.Join(dir, "none.txt")}, "--expect-failures"},
 		{"unknown expected failure", []string{"--expect-failures", unknownExpected}, "no test named \"NoSuchTest\""},
