@@ -97,9 +97,12 @@ func (r *Runtime) PrepareData(ctx context.Context, req *LLMRequest, endpoints []
 		done := make(chan prepOutcome, len(layer))
 		views := make([][]*Endpoint, len(layer))
 		for i, p := range layer {
+			// One backing array for the plugin's views (not one allocation per endpoint).
+			backing := make([]Endpoint, len(endpoints))
 			vs := make([]*Endpoint, len(endpoints))
 			for j, e := range endpoints {
-				vs[j] = e.NewStagedView()
+				e.stageInto(&backing[j])
+				vs[j] = &backing[j]
 			}
 			views[i] = vs
 			go r.runPrepareDataPlugin(phaseCtx, p, req, vs, i, done)
