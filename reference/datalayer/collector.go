@@ -1,14 +1,17 @@
 package datalayer
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/common/expfmt"
@@ -74,6 +77,9 @@ type Collector struct {
 	ctx      context.Context
 	scrapers map[string]*scraper
 	live     int // running scraper goroutines
+	// view is a read-only copy of scrapers, replaced (never modified) by SetEndpoints, so that the
+	// per-request readers (Metrics, Stale, Read) take no lock.
+	view atomic.Pointer[map[string]*scraper]
 }
 
 // scraper is one endpoint's loop and its latest result.
@@ -81,8 +87,16 @@ type scraper struct {
 	key, url string
 	cancel   context.CancelFunc // nil until started
 
-	mu      sync.RWMutex
-	metrics *framework.Metrics // nil until the first scrape finished
+	// metrics is the latest result, nil until the first scrape finished. A stored value is never
+	// modified (each scrape stores a new one), so readers share it.
+	metrics atomic.Pointer[framework.Metrics]
+
+	// Used only by the scraper's own goroutine: the last body read and what it parsed to, so an
+	// unchanged body (pinned or idle metrics) is not parsed again.
+	buf       []byte
+	lastBody  []byte
+	lastFresh *framework.Metrics
+	lastErr   error
 }
 
 // New validates cfg and returns a Collector that scrapes nothing until SetEndpoints and Start.
@@ -178,6 +192,16 @@ func (c *Collector) SetEndpoints(eps []*framework.EndpointMetadata) {
 		}
 		delete(c.scrapers, key)
 	}
+	view := maps.Clone(c.scrapers)
+	c.view.Store(&view)
+}
+
+// lookup returns the scraper of key, nil when unknown, without locking.
+func (c *Collector) lookup(key string) *scraper {
+	if v := c.view.Load(); v != nil {
+		return (*v)[key]
+	}
+	return nil
 }
 
 // Start starts the scrapers of the endpoints set so far, and of those set later, until ctx ends.
@@ -246,12 +270,11 @@ func (c *Collector) run(ctx context.Context, s *scraper) {
 // scrapeOnce runs one scrape and stores its result. A scrape cut short because the scraper was
 // stopped is not recorded.
 func (c *Collector) scrapeOnce(ctx context.Context, s *scraper) {
-	fresh, err := c.fetch(ctx, s.url)
+	fresh, err := c.fetch(ctx, s)
 	if ctx.Err() != nil {
 		return
 	}
-	s.mu.Lock()
-	prev := s.metrics
+	prev := s.metrics.Load()
 	var next *framework.Metrics
 	switch {
 	case fresh != nil: // parsed: new values, maybe with a partial error
@@ -265,8 +288,7 @@ func (c *Collector) scrapeOnce(ctx context.Context, s *scraper) {
 		}
 		next.ScrapeError = err
 	}
-	s.metrics = next
-	s.mu.Unlock()
+	s.metrics.Store(next)
 
 	wasFailing := prev != nil && prev.ScrapeError != nil
 	switch {
@@ -278,8 +300,10 @@ func (c *Collector) scrapeOnce(ctx context.Context, s *scraper) {
 }
 
 // fetch GETs and parses one endpoint's metrics. It returns nil metrics when nothing could be
-// read (transport, status or format error), or metrics plus the extraction error.
-func (c *Collector) fetch(ctx context.Context, url string) (*framework.Metrics, error) {
+// read (transport, status or format error), or new metrics plus the extraction error. A body
+// byte-identical to the previous successful one is not parsed again: its result is reused.
+func (c *Collector) fetch(ctx context.Context, s *scraper) (*framework.Metrics, error) {
+	url := s.url
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -300,19 +324,31 @@ func (c *Collector) fetch(ctx context.Context, url string) (*framework.Metrics, 
 		return nil, fmt.Errorf("scrape %s: HTTP status %d", url, resp.StatusCode)
 	}
 	body := &limitedReader{r: resp.Body, n: MaxBodyBytes}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(body)
+	buf := bytes.NewBuffer(s.buf[:0])
+	_, rerr := buf.ReadFrom(body)
+	s.buf = buf.Bytes()
 	if body.exceeded {
 		return nil, fmt.Errorf("scrape %s: body longer than %d bytes", url, MaxBodyBytes)
 	}
+	if rerr != nil {
+		return nil, fmt.Errorf("scrape %s: reading the body: %w", url, rerr)
+	}
+	if s.lastFresh != nil && bytes.Equal(s.buf, s.lastBody) {
+		return s.lastFresh.Clone(), s.lastErr
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(bytes.NewReader(s.buf))
 	if err != nil {
+		s.lastFresh = nil
 		return nil, fmt.Errorf("scrape %s: parse text format: %w", url, err)
 	}
 	m, err := extract(fams, c.specs)
 	if err != nil {
-		return m, fmt.Errorf("scrape %s: %w", url, err)
+		err = fmt.Errorf("scrape %s: %w", url, err)
 	}
-	return m, nil
+	s.lastBody = append(s.lastBody[:0], s.buf...)
+	s.lastFresh, s.lastErr = m.Clone(), err
+	return m, err
 }
 
 // limitedReader reads at most n bytes and remembers whether the source had more.
@@ -344,36 +380,42 @@ func (l *limitedReader) Read(p []byte) (int, error) {
 // scrape's error, nil when it succeeded). Nil when the endpoint is unknown or no scrape of it has
 // finished yet.
 func (c *Collector) Metrics(key string) *framework.Metrics {
-	c.mu.Lock()
-	s := c.scrapers[key]
-	c.mu.Unlock()
+	s := c.lookup(key)
 	if s == nil {
 		return nil
 	}
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.metrics.Clone()
+	return s.metrics.Load().Clone()
+}
+
+// Read returns the endpoint's latest metrics without copying them, and Stale(key), in one lookup.
+// The returned value is shared with every other reader and must not be modified. Nil metrics
+// (and stale true) when the endpoint is unknown or no scrape of it has finished. Added for the
+// director, which reads every endpoint on every request.
+func (c *Collector) Read(key string) (m *framework.Metrics, stale bool) {
+	s := c.lookup(key)
+	if s == nil {
+		return nil, true
+	}
+	m = s.metrics.Load()
+	return m, c.staleMetrics(m)
+}
+
+func (c *Collector) staleMetrics(m *framework.Metrics) bool {
+	if m == nil || m.ScrapeError != nil || m.UpdateTime.IsZero() {
+		return true
+	}
+	return c.clock.Since(m.UpdateTime) > c.stale
 }
 
 // Stale reports whether the endpoint's metrics must not be trusted: unknown endpoint, no finished
 // scrape, the last scrape failed (ScrapeError set), or the last values are older than
 // StaleThreshold by Clock.
 func (c *Collector) Stale(key string) bool {
-	c.mu.Lock()
-	s := c.scrapers[key]
-	c.mu.Unlock()
+	s := c.lookup(key)
 	if s == nil {
 		return true
 	}
-	s.mu.RLock()
-	m := s.metrics
-	stale := m == nil || m.ScrapeError != nil || m.UpdateTime.IsZero()
-	var updated time.Time
-	if !stale {
-		updated = m.UpdateTime
-	}
-	s.mu.RUnlock()
-	return stale || c.clock.Since(updated) > c.stale
+	return c.staleMetrics(s.metrics.Load())
 }
 
 // StaleThreshold returns the configured (or default) staleness bound.

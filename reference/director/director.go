@@ -19,6 +19,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -56,6 +57,24 @@ type MetricsSource interface {
 	Stale(key string) bool
 }
 
+// snapshotSource is implemented by sources that can hand out their endpoints without copying
+// (reference/discovery: Source.Snapshot); the director then reads the pool with no allocation.
+type snapshotSource interface {
+	Snapshot() []*framework.EndpointMetadata
+}
+
+// metricsReader is implemented by metrics sources that can return an endpoint's metrics and
+// staleness in one lookup without copying (reference/datalayer.Collector.Read).
+type metricsReader interface {
+	Read(key string) (m *framework.Metrics, stale bool)
+}
+
+// keyedSnapshot is one snapshot of the pool with every endpoint's Key(), computed once.
+type keyedSnapshot struct {
+	mds  []*framework.EndpointMetadata
+	keys []string
+}
+
 // Options configure a Director. Runtime and Endpoints are required.
 type Options struct {
 	// Runtime is the built framework runtime.
@@ -85,6 +104,8 @@ type Director struct {
 	obs     *Observer
 	newID   func() string
 	sat     framework.SaturationDetectorConfig
+	// snap caches the keys of the source's last Snapshot (snapshotSource only).
+	snap atomic.Pointer[keyedSnapshot]
 }
 
 // New returns a Director. It fails when Runtime or Endpoints is nil.
@@ -240,12 +261,12 @@ func (d *Director) HandleRequest(ctx context.Context, in *Input) (res *Result, e
 	}
 	res.Request = req
 
-	mds := d.src.Endpoints()
+	mds, keys := d.pool()
 	if in.Subset != nil {
 		if len(in.Subset.Endpoints) == 0 {
 			return nil, fmt.Errorf("the subset hint is present but empty: %w", framework.ErrNoEndpoints)
 		}
-		mds = filterBySubset(mds, in.Subset.Endpoints)
+		mds, keys = filterBySubset(mds, keys, in.Subset.Endpoints)
 		if len(mds) == 0 {
 			return nil, fmt.Errorf("no ready endpoint matches the subset hint %v: %w", in.Subset.Endpoints, framework.ErrNoEndpoints)
 		}
@@ -253,20 +274,27 @@ func (d *Director) HandleRequest(ctx context.Context, in *Input) (res *Result, e
 	if len(mds) == 0 {
 		return nil, fmt.Errorf("the pool has no ready endpoint: %w", framework.ErrNoEndpoints)
 	}
-	candidates := make([]*framework.Endpoint, len(mds))
-	for i, md := range mds {
-		var m *framework.Metrics
-		if d.metrics != nil {
-			m = d.metrics.Metrics(md.Key())
+	ms := make([]*framework.Metrics, len(mds))
+	stale := make([]bool, len(mds))
+	reader, _ := d.metrics.(metricsReader)
+	for i, key := range keys {
+		switch {
+		case reader != nil:
+			ms[i], stale[i] = reader.Read(key)
+		case d.metrics != nil:
+			ms[i] = d.metrics.Metrics(key)
+			stale[i] = d.metrics.Stale(key)
+		default:
+			stale[i] = true
 		}
-		candidates[i] = framework.NewEndpoint(md, m)
 	}
+	candidates := framework.NewEndpoints(mds, keys, ms)
 
 	if req.Priority < 0 && d.Saturated(candidates) {
 		return nil, fmt.Errorf("sheddable request (objective %q, priority %d) refused: the pool is saturated: %w",
 			req.Objective, req.Priority, framework.ErrShed)
 	}
-	candidates = d.dropStale(candidates)
+	candidates = d.dropStale(candidates, stale)
 
 	sres, err := d.rt.Schedule(ctx, req, candidates)
 	if d.obs != nil {
@@ -315,26 +343,60 @@ func (d *Director) Saturated(candidates []*framework.Endpoint) bool {
 	return true
 }
 
-// dropStale removes the candidates the metrics source calls stale, unless all are [eppkit].
-func (d *Director) dropStale(candidates []*framework.Endpoint) []*framework.Endpoint {
+// dropStale removes the candidates the metrics source called stale (stale[i] for candidates[i],
+// read with their metrics), unless all are [eppkit].
+func (d *Director) dropStale(candidates []*framework.Endpoint, stale []bool) []*framework.Endpoint {
 	if d.metrics == nil {
 		return candidates
 	}
-	fresh := make([]*framework.Endpoint, 0, len(candidates))
-	for _, ep := range candidates {
-		if !d.metrics.Stale(ep.Key()) {
-			fresh = append(fresh, ep)
+	n := 0
+	for _, s := range stale {
+		if !s {
+			n++
 		}
 	}
-	if len(fresh) == 0 {
+	if n == 0 || n == len(candidates) {
 		return candidates
+	}
+	fresh := make([]*framework.Endpoint, 0, n)
+	for i, ep := range candidates {
+		if !stale[i] {
+			fresh = append(fresh, ep)
+		}
 	}
 	return fresh
 }
 
+// pool returns the source's endpoints sorted by key and their keys. With a snapshotSource the
+// keys are computed once per snapshot, not per request.
+func (d *Director) pool() ([]*framework.EndpointMetadata, []string) {
+	ss, ok := d.src.(snapshotSource)
+	if !ok {
+		mds := d.src.Endpoints()
+		return mds, keysOf(mds)
+	}
+	mds := ss.Snapshot()
+	// A snapshot is immutable and a new one is a new slice; the cache holds the old one, so its
+	// address cannot be reused while cached: same first element and length = same snapshot.
+	if c := d.snap.Load(); c != nil && len(c.mds) == len(mds) && (len(mds) == 0 || &c.mds[0] == &mds[0]) {
+		return c.mds, c.keys
+	}
+	c := &keyedSnapshot{mds: mds, keys: keysOf(mds)}
+	d.snap.Store(c)
+	return c.mds, c.keys
+}
+
+func keysOf(mds []*framework.EndpointMetadata) []string {
+	keys := make([]string, len(mds))
+	for i, md := range mds {
+		keys[i] = md.Key()
+	}
+	return keys
+}
+
 // filterBySubset keeps the endpoints whose IP is in subset ("ip:port" or "ip"; ports are
 // ignored, as upstream v1.5.0 does in pkg/epp/requestcontrol/candidates.go).
-func filterBySubset(mds []*framework.EndpointMetadata, subset []string) []*framework.EndpointMetadata {
+func filterBySubset(mds []*framework.EndpointMetadata, keys []string, subset []string) ([]*framework.EndpointMetadata, []string) {
 	ips := make(map[string]bool, len(subset))
 	for _, s := range subset {
 		s = strings.TrimSpace(s)
@@ -348,16 +410,18 @@ func filterBySubset(mds []*framework.EndpointMetadata, subset []string) []*frame
 		ips[s] = true
 	}
 	var out []*framework.EndpointMetadata
-	for _, md := range mds {
+	var outKeys []string
+	for i, md := range mds {
 		addr := md.Address
 		if ip := net.ParseIP(addr); ip != nil {
 			addr = ip.String()
 		}
 		if ips[addr] {
 			out = append(out, md)
+			outKeys = append(outKeys, keys[i])
 		}
 	}
-	return out
+	return out, outKeys
 }
 
 func isTyped(err error) bool {
@@ -369,8 +433,9 @@ func isTyped(err error) bool {
 // endpoints, or metadata built from the key when the source does not have it; nil when key is
 // not "ip:port".
 func (d *Director) Lookup(key string) *framework.EndpointMetadata {
-	for _, md := range d.src.Endpoints() {
-		if md.Key() == key {
+	mds, keys := d.pool()
+	for i, md := range mds {
+		if keys[i] == key {
 			return md
 		}
 	}

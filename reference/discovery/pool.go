@@ -334,6 +334,9 @@ func (s *InferencePoolSource) Synced() bool {
 // Endpoints returns copies of the current endpoints sorted by Key().
 func (s *InferencePoolSource) Endpoints() []*framework.EndpointMetadata { return s.set.list() }
 
+// Snapshot returns the current endpoints sorted by Key(), shared and read-only (Source.Snapshot).
+func (s *InferencePoolSource) Snapshot() []*framework.EndpointMetadata { return s.set.snapshot() }
+
 // Subscribe registers fn; see Source.Subscribe. fn runs on the informer's event goroutine, so it
 // should return quickly.
 func (s *InferencePoolSource) Subscribe(fn func(added, removed []*framework.EndpointMetadata)) {

@@ -30,6 +30,10 @@ type Source interface {
 	Synced() bool
 	// Endpoints returns the current Ready endpoints, copies sorted by Key().
 	Endpoints() []*framework.EndpointMetadata
+	// Snapshot returns the same endpoints as Endpoints without copying: a slice shared by every
+	// caller until the set changes. Callers must not modify the slice or the metadata. Added for the
+	// per-request path of the director, which reads the pool on every decision.
+	Snapshot() []*framework.EndpointMetadata
 	// Subscribe registers fn. fn is first called with the current endpoints as added (when there
 	// are any), then after each change, serially and never concurrently with itself or with
 	// another subscriber: added holds endpoints that appeared or whose metadata changed (same
@@ -49,6 +53,9 @@ type endpointSet struct {
 
 	mu  sync.RWMutex
 	eps map[string]*framework.EndpointMetadata
+	// snap is a private copy of eps sorted by Key(), built on the first read after a change and
+	// then shared read-only (Snapshot); nil means "rebuild".
+	snap []*framework.EndpointMetadata
 }
 
 func cloneMeta(m *framework.EndpointMetadata) *framework.EndpointMetadata {
@@ -68,14 +75,30 @@ func sortByKey(eps []*framework.EndpointMetadata) {
 
 // list returns copies of the current endpoints sorted by key.
 func (s *endpointSet) list() []*framework.EndpointMetadata {
+	return cloneAll(s.snapshot())
+}
+
+// snapshot returns the current endpoints sorted by key, shared and read-only: the slice and the
+// metadata are never modified afterwards (a change builds a new snapshot), so readers need no copy.
+// Reading an unchanged set costs one read lock and no allocation.
+func (s *endpointSet) snapshot() []*framework.EndpointMetadata {
 	s.mu.RLock()
-	out := make([]*framework.EndpointMetadata, 0, len(s.eps))
-	for _, m := range s.eps {
-		out = append(out, cloneMeta(m))
-	}
+	snap := s.snap
 	s.mu.RUnlock()
-	sortByKey(out)
-	return out
+	if snap != nil {
+		return snap
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.snap == nil {
+		out := make([]*framework.EndpointMetadata, 0, len(s.eps))
+		for _, m := range s.eps {
+			out = append(out, cloneMeta(m))
+		}
+		sortByKey(out)
+		s.snap = out
+	}
+	return s.snap
 }
 
 func (s *endpointSet) subscribe(fn func(added, removed []*framework.EndpointMetadata)) {
@@ -112,6 +135,7 @@ func (s *endpointSet) replace(next map[string]*framework.EndpointMetadata) bool 
 		return false
 	}
 	s.eps = next
+	s.snap = nil
 	s.mu.Unlock()
 	sortByKey(added)
 	sortByKey(removed)

@@ -114,6 +114,9 @@ func (s *Static) Synced() bool { return true }
 // Endpoints returns copies of the endpoints sorted by Key().
 func (s *Static) Endpoints() []*framework.EndpointMetadata { return s.set.list() }
 
+// Snapshot returns the current endpoints sorted by Key(), shared and read-only (Source.Snapshot).
+func (s *Static) Snapshot() []*framework.EndpointMetadata { return s.set.snapshot() }
+
 // Subscribe calls fn once with every endpoint as added; the set never changes afterwards.
 func (s *Static) Subscribe(fn func(added, removed []*framework.EndpointMetadata)) {
 	s.set.subscribe(fn)
