@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"maps"
 	"math"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -41,6 +43,7 @@ type extprocBenchOptions struct {
 	MaxInflight int           // open loop: arrivals beyond this many in flight are dropped
 	Response    bool          // also run a small response phase after each pick (not timed)
 	Seed        uint64
+	PID         int // the EPP's process id (same machine): its CPU time over the measured window is reported
 }
 
 // extprocBenchReport is the result; JSON field names are stable.
@@ -63,6 +66,14 @@ type extprocBenchReport struct {
 	// may be earlier when the driver itself was late); equal to LatencyMs in closed loop.
 	ServiceMs latencySummaryMs `json:"service_ms"`
 	Picks     map[string]int   `json:"picks,omitempty"`
+	// EPPCPUSeconds is the EPP process's CPU time (user + system, /proc/<pid>/stat) over the
+	// measured window, and EPPCPUPerDecisionMs that divided by Decisions; present with --epp-pid.
+	EPPCPUSeconds       float64 `json:"epp_cpu_seconds,omitempty"`
+	EPPCPUPerDecisionMs float64 `json:"epp_cpu_per_decision_ms,omitempty"`
+	// ClientCPUPerDecisionMs is this driver's own CPU time per decision over the same window.
+	ClientCPUPerDecisionMs float64 `json:"client_cpu_per_decision_ms,omitempty"`
+	// LoadAverage is the machine's 1-minute load average at the end of the run (/proc/loadavg).
+	LoadAverage float64 `json:"load_average_1m,omitempty"`
 }
 
 // latencySummaryMs holds decision latencies in milliseconds (exact, from every sample).
@@ -78,8 +89,9 @@ type latencySummaryMs struct {
 func newBenchExtprocCommand() *cobra.Command {
 	o := extprocBenchOptions{}
 	var asJSON bool
+	mf := &matrixFlags{}
 	cmd := &cobra.Command{
-		Use:   "extproc --epp ADDR (--rate R | --concurrency N) [--duration 10s]",
+		Use:   "extproc (--epp ADDR | --targets reference,upstream) (--rate R | --concurrency N) [--duration 10s]",
 		Short: "Measure an EPP's decision latency over ext_proc (request headers + body → pick)",
 		Long: `Drive an EPP's ext_proc service directly (no gateway, no model servers needed beyond what the
 EPP scrapes): each decision sends request headers and a completions body in chunks and waits for
@@ -89,12 +101,42 @@ Open loop: --rate decisions/s with Poisson (default) or fixed arrivals; latency 
 the scheduled arrival, so a stalled EPP is not hidden (no coordinated omission). Closed loop:
 --concurrency N workers back to back (--rate 0). --streams N reuses N long-lived streams (several
 requests per stream, which upstream EPPs do not support); 0 opens one stream per decision as Envoy
-does. Latency percentiles are exact (every sample sorted). Decisions in --warmup are not counted.`,
+does. Latency percentiles are exact (every sample sorted). Decisions in --warmup are not counted.
+--epp-pid PID adds the EPP process's CPU time per decision (from /proc/PID/stat).
+
+Picker-overhead matrix: --targets reference,upstream (instead of --epp) starts each EPP itself
+for every --endpoint-counts value (default 10,100,1000) and measures every --prompt-sizes value
+(default 2048,32768 bytes) against it, with the load flags above per cell, and prints one table
+with decisions/s, latency percentiles and the EPP's CPU per decision, plus reference ÷ upstream
+ratios. The endpoints are metrics-only servers on loopback addresses 127.1.x.y sharing one port,
+each serving a fake vLLM's gauge-only /metrics page (pinned: queue i%5, running i%7, KV (i%10)/10),
+scraped every --refresh-metrics-interval. The reference EPP gets the list with --endpoints; the
+upstream EPP v1.5.0 (--upstream-epp, default: eppkit tools path gie epp) discovers it from an
+InferencePool with one Ready Pod per endpoint on a local kube-apiserver (eppkit tools build k8s).`,
 		Args:         cobra.NoArgs,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signalContext()
 			defer stop()
+			if mf.targets != "" {
+				if o.EPP != "" {
+					return errMatrixAndEPP
+				}
+				m, err := mf.options(o)
+				if err != nil {
+					return err
+				}
+				// Validate the per-cell load once up front (a placeholder address stands in for
+				// the EPPs the matrix starts).
+				probe := o
+				probe.EPP = "matrix"
+				if err := validateExtprocBench(&probe); err != nil {
+					return err
+				}
+				m.Bench.Seed = probe.Seed
+				_, err = runMatrix(ctx, cmd.OutOrStdout(), m)
+				return err
+			}
 			rep, err := runExtprocBench(ctx, o)
 			if err != nil {
 				return err
@@ -125,7 +167,16 @@ does. Latency percentiles are exact (every sample sorted). Decisions in --warmup
 	fl.IntVar(&o.MaxInflight, "max-inflight", 4096, "Open loop: arrivals beyond this many in flight are dropped and counted")
 	fl.BoolVar(&o.Response, "response-phase", false, "After each pick, also send a small JSON response through the response phases (not timed)")
 	fl.Uint64Var(&o.Seed, "seed", 0, "Seed for prompts and arrivals (0 = from the clock; printed)")
+	fl.IntVar(&o.PID, "epp-pid", 0, "Process id of the EPP on this machine: report its CPU time per decision (from /proc/<pid>/stat)")
 	fl.BoolVar(&asJSON, "json", false, "Print the report as JSON")
+	fl.StringVar(&mf.targets, "targets", "", "Matrix mode: EPPs to start and measure, comma-separated: reference, upstream (excludes --epp)")
+	fl.StringVar(&mf.counts, "endpoint-counts", "10,100,1000", "Matrix mode: pool sizes, comma-separated")
+	fl.StringVar(&mf.sizes, "prompt-sizes", "2048,32768", "Matrix mode: prompt lengths in bytes, comma-separated (overrides --prompt-bytes)")
+	fl.DurationVar(&mf.m.RefreshInterval, "refresh-metrics-interval", time.Second, "Matrix mode: the EPPs' metrics scrape interval (both EPPs default to 50ms; 1,000 endpoints at 50ms is 20,000 scrapes/s)")
+	fl.StringVar(&mf.m.UpstreamEPP, "upstream-epp", "", "Matrix mode: upstream EPP binary (default: the tools cache's gie epp)")
+	fl.StringVar(&mf.m.LogDir, "log-dir", "", "Matrix mode: directory for the EPP and control-plane logs (default: a new temporary directory)")
+	fl.StringVar(&mf.m.Output, "output", "", "Matrix mode: also write the report as JSON to this file")
+	fl.DurationVar(&mf.m.Settle, "settle", 2*time.Second, "Matrix mode: wait after an EPP reports every endpoint ready (plus two refresh intervals)")
 	return cmd
 }
 
@@ -153,6 +204,13 @@ func validateExtprocBench(o *extprocBenchOptions) error {
 		return fmt.Errorf("--message-timeout must be positive, got %v", o.Timeout)
 	case o.MaxInflight < 1:
 		return fmt.Errorf("--max-inflight must be ≥ 1, got %d", o.MaxInflight)
+	case o.PID < 0:
+		return fmt.Errorf("--epp-pid must be a process id, got %d", o.PID)
+	}
+	if o.PID > 0 {
+		if _, err := processCPU(o.PID); err != nil {
+			return fmt.Errorf("--epp-pid %d: %w", o.PID, err)
+		}
 	}
 	if o.Seed == 0 {
 		o.Seed = uint64(time.Now().UnixNano())
@@ -168,6 +226,12 @@ type benchRun struct {
 	ctx     context.Context
 	measure atomic.Bool // set after warm-up
 	seq     atomic.Uint64
+
+	// CPU readings (seconds) of the EPP (PID) and of this process at the start of the measured
+	// window; set by the warm-up timer.
+	cpuMu             sync.Mutex
+	eppCPU0, selfCPU0 float64
+	eppCPUErr         error
 
 	mu      sync.Mutex
 	samples []time.Duration
@@ -208,21 +272,38 @@ func runExtprocBench(ctx context.Context, o extprocBenchOptions) (*extprocBenchR
 	start := time.Now()
 	measureAt := start.Add(o.Warmup)
 	end := measureAt.Add(o.Duration)
-	if o.Warmup == 0 {
+	startMeasuring := func() {
+		r.cpuMu.Lock()
+		defer r.cpuMu.Unlock()
+		if o.PID > 0 {
+			r.eppCPU0, r.eppCPUErr = processCPU(o.PID)
+		}
+		r.selfCPU0, _ = processCPU(os.Getpid())
 		r.measure.Store(true)
 	}
-	go func() {
-		select {
-		case <-time.After(time.Until(measureAt)):
-			r.measure.Store(true)
-		case <-ctx.Done():
-		}
-	}()
+	if o.Warmup == 0 {
+		startMeasuring()
+	} else {
+		go func() {
+			select {
+			case <-time.After(time.Until(measureAt)):
+				startMeasuring()
+			case <-ctx.Done():
+			}
+		}()
+	}
 	if o.Rate > 0 {
 		r.openLoop(end)
 	} else {
 		r.closedLoop(end)
 	}
+	// CPU at the end of the window, before the streams are torn down.
+	var eppCPU1, selfCPU1 float64
+	var cpuErr error
+	if o.PID > 0 {
+		eppCPU1, cpuErr = processCPU(o.PID)
+	}
+	selfCPU1, _ = processCPU(os.Getpid())
 	if r.pool != nil {
 		close(r.pool)
 		for st := range r.pool {
@@ -236,7 +317,66 @@ func runExtprocBench(ctx context.Context, o extprocBenchOptions) (*extprocBenchR
 	if ctx.Err() != nil && elapsed < o.Duration {
 		return nil, ctx.Err()
 	}
-	return r.report(elapsed), nil
+	rep := r.report(elapsed)
+	r.cpuMu.Lock()
+	if cpuErr == nil {
+		cpuErr = r.eppCPUErr
+	}
+	if o.PID > 0 && cpuErr != nil {
+		r.cpuMu.Unlock()
+		return nil, fmt.Errorf("reading the CPU time of --epp-pid %d: %w", o.PID, cpuErr)
+	}
+	if o.PID > 0 {
+		rep.EPPCPUSeconds = eppCPU1 - r.eppCPU0
+		if rep.Decisions > 0 {
+			rep.EPPCPUPerDecisionMs = rep.EPPCPUSeconds * 1000 / float64(rep.Decisions)
+		}
+	}
+	if rep.Decisions > 0 {
+		rep.ClientCPUPerDecisionMs = (selfCPU1 - r.selfCPU0) * 1000 / float64(rep.Decisions)
+	}
+	r.cpuMu.Unlock()
+	rep.LoadAverage = loadAverage()
+	return rep, nil
+}
+
+// processCPU returns a process's CPU time (user + system) in seconds from /proc/<pid>/stat.
+func processCPU(pid int) (float64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) is in parentheses and may hold spaces: fields 14 and 15 (utime,
+	// stime, in clock ticks) are the 12th and 13th after the closing parenthesis.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: no command field", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields after the command, want ≥ 13", pid, len(f))
+	}
+	ut, err1 := strconv.ParseUint(f[11], 10, 64)
+	st, err2 := strconv.ParseUint(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+	}
+	// USER_HZ is 100 on every Linux architecture Go supports (sysconf(_SC_CLK_TCK)).
+	return float64(ut+st) / 100, nil
+}
+
+// loadAverage returns the 1-minute load average, 0 when /proc/loadavg cannot be read.
+func loadAverage() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
 }
 
 func (r *benchRun) openLoop(end time.Time) {
@@ -459,4 +599,10 @@ func printExtprocReport(w io.Writer, rep *extprocBenchReport) {
 		fmt.Fprintf(w, "service ms  p50 %.3f  p90 %.3f  p99 %.3f  p99.9 %.3f  max %.3f  mean %.3f  (from the actual start)\n", l.P50, l.P90, l.P99, l.P999, l.Max, l.Mean)
 	}
 	fmt.Fprintf(w, "distinct endpoints picked: %d\n", len(rep.Picks))
+	if rep.EPPCPUSeconds > 0 {
+		fmt.Fprintf(w, "EPP CPU %.2fs = %.3f ms/decision  (driver %.3f ms/decision)  load avg %.1f\n",
+			rep.EPPCPUSeconds, rep.EPPCPUPerDecisionMs, rep.ClientCPUPerDecisionMs, rep.LoadAverage)
+	} else {
+		fmt.Fprintf(w, "driver CPU %.3f ms/decision  load avg %.1f\n", rep.ClientCPUPerDecisionMs, rep.LoadAverage)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
@@ -208,6 +209,11 @@ func runReferenceEPP(cmd *cobra.Command, f *referenceEPPFlags) error {
 		return errors.New("--cert-path: only with --secure-serving")
 	}
 
+	if pa := os.Getenv("EPPKIT_PPROF_ADDR"); pa != "" {
+		// Diagnostics: net/http/pprof (registered by fakevllm.go's import) on a separate
+		// listener, e.g. EPPKIT_PPROF_ADDR=127.0.0.1:6061.
+		go func() { logger.Warn("pprof server stopped", "err", http.ListenAndServe(pa, nil)) }()
+	}
 	addr := func(port int) string {
 		if port == 0 {
 			return ""
