@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/eppkit/eppkit/conformance"
+	"github.com/eppkit/eppkit/fakes/vllm"
 )
 
 func init() {
@@ -17,6 +18,7 @@ func init() {
 		Level:   conformance.LevelEppkit,
 		Profile: conformance.ProfileReference,
 		Preconditions: []string{"the EPP scrapes the model servers' /metrics and filters stale endpoints (reference: --stale-threshold, default 1s)",
+			"the EPP prefers an idle endpoint with a nearly empty KV cache (e.g. queue-scorer, kv-cache-utilization-scorer)",
 			"the stale threshold is shorter than metricsPropagation"},
 		// Upstream v1.5.0 only de-prioritises endpoints with stale metrics; filtering them is eppkit's.
 		Source: "SPEC §3 \"Stale endpoints [eppkit]\"; eppkit reference/director",
@@ -45,6 +47,21 @@ func runReferenceStaleEndpointFiltered(t conformance.TestingT, s *conformance.Su
 		}
 		return splitPick(d.Pick()), nil
 	}
+
+	// First make the endpoint about to go stale the most attractive one (idle, nearly empty KV
+	// cache; the others loaded) and wait until the EPP prefers it. An EPP that keeps scoring an
+	// endpoint's last scraped metrics then keeps picking it after the scrape fails, and fails
+	// below; without this the frozen metrics could look worse than the others' by chance and
+	// such an EPP would pass (seen with the upstream EPP v1.5.0 in make interop).
+	pins := map[string]vllm.FakeMetrics{}
+	for _, a := range pool {
+		pins[a] = vllm.FakeMetrics{RunningRequests: 4, WaitingRequests: 4, KVCacheUsage: 0.6}
+	}
+	pins[stale] = vllm.FakeMetrics{KVCacheUsage: 0.05}
+	pinAll(t, s, pins)
+	awaitObserved(t, s, stale+" preferred (idle, KV 0.05)", func() (string, []byte) {
+		return pathCompletions, completionBody(s.ModelName, uniquePrompt(s, t, r, 12), nil)
+	}, func(ep string) bool { return ep == stale })
 
 	// The model server stops answering (its /metrics scrape fails) but stays in the pool.
 	ctx, cancel := context.WithTimeout(context.Background(), s.Timeouts.Request.D())
