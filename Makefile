@@ -6,7 +6,7 @@ SUITES    := $(wildcard suites/*/)
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 GINKGO_FLAGS ?=
 
-.PHONY: all build test unit suites conformance conformance-upstream catalogue tools lint bench clean manifests image mutants flake-check
+.PHONY: all build test unit suites conformance conformance-upstream interop interop-tools $(INTEROP_RUNS) catalogue tools lint bench clean manifests image mutants flake-check
 
 all: build
 
@@ -34,6 +34,8 @@ suites:
 # skips the control plane. The reference's config, manifests/epp-configs/conformance.yaml, holds
 # every feature it claims: its defaults plus lora-affinity-scorer for requests without SLO
 # headers, predicted-latency routing for requests with them, and latency-slo-admitter.
+# out/reports/published/ holds the same reports in GIE's publication layout
+# (<GIE version>/epp/eppkit-reference-epp/, SPEC §8); reports/examples/reference/published/ is a copy.
 CONFORMANCE_SOURCE ?= apiserver
 CONFORMANCE_CONFIG ?= manifests/epp-configs/conformance.yaml
 CONFORMANCE_FLAGS  ?=
@@ -44,6 +46,7 @@ conformance: build
 	./bin/eppkit conformance --target reference --endpoint-source $(CONFORMANCE_SOURCE) \
 		--config-file $(CONFORMANCE_CONFIG) \
 		--profiles all --all-features --report-output out/reports --log-dir out/conformance \
+		--publish-dir out/reports/published \
 		--organization eppkit --project reference-epp --url https://github.com/eppkit/eppkit \
 		--version $(VERSION) --contact https://github.com/eppkit/eppkit/issues $(CONFORMANCE_FLAGS)
 
@@ -56,26 +59,85 @@ tools: build
 	./bin/eppkit tools build k8s $(TOOLS_FLAGS)
 	./bin/eppkit tools build gie $(TOOLS_FLAGS)
 
-## conformance-upstream: the registry against the upstream EPP v1.5.0 (tools/gie-v1.5.0), which
-# only discovers endpoints from an InferencePool, so the pool lives on a local kube-apiserver
-# (--endpoint-source apiserver). Informational: tests that fail (exit 1) still exit 0 here; a harness
-# or flag error (exit 2 or 3) fails the target. The upstream EPP reads its kubeconfig from
-# $$KUBECONFIG (controller-runtime's GetConfig; v1.5.0's pflag set has no --kubeconfig flag).
-UPSTREAM_FEATURES ?= OpenAIRequestParsing,PrefixCacheAffinity,QueueAwareness,KVCacheAwareness,LoRAAffinity,EndpointChurn
-UPSTREAM_FLAGS    ?=
-conformance-upstream: build
+## interop: the suite against EPPs nobody here wrote (issue 9; reports/interop/README.md explains
+# every failure). Each run starts the fleet, a local kube-apiserver + etcd holding the InferencePool
+# (--endpoint-source apiserver: these EPPs discover only from Kubernetes) and the EPP, runs the
+# selected profiles and writes its reports to $(INTEROP_OUT)/<run>/. Each run also passes
+# --expect-failures reports/interop/expected-failures/<run>.txt, so the target exits 0 when every
+# run failed exactly its explained tests, 1 when a result changed and 2 on a harness error.
+# The upstream binaries are built once per machine (tools/gie-v1.5.0, tools/gie-v1.6.0; docs/tools.md).
+# To add a run: a sub-target calling $(call interop_run,<run>,<command template>,<flags>), its
+# expected-failures file, a README section, and its name in INTEROP_RUNS. Arguments containing
+# commas go through variables (make splits $(call) arguments on commas).
+INTEROP_OUT      ?= reports/interop
+INTEROP_EXPECT   := reports/interop/expected-failures
+INTEROP_FEATURES ?= OpenAIRequestParsing,PrefixCacheAffinity,QueueAwareness,KVCacheAwareness,LoRAAffinity
+INTEROP_FLAGS    ?=
+INTEROP_RUNS     := interop-upstream-epp-v1.5.0 interop-upstream-epp-v1.5.0-tls interop-upstream-epp-v1.5.0-lora \
+	interop-upstream-epp-v1.5.0-usage-crash interop-lwepp-v1.6.0
+GIE_URL          := https://github.com/kubernetes-sigs/gateway-api-inference-extension
+GIE_IMPL         := --organization kubernetes-sigs --url $(GIE_URL) --contact $(GIE_URL)/issues
+# The upstream EPP v1.5.0 reads its kubeconfig from $$KUBECONFIG (controller-runtime's GetConfig;
+# its pflag set has no --kubeconfig). Its flags: pkg/epp/server/options.go.
+UPSTREAM_EPP     := KUBECONFIG={{.Kubeconfig}} exec $$(./bin/eppkit tools path gie epp) --pool-name {{.PoolName}} \
+	--pool-namespace {{.PoolNamespace}} --metrics-endpoint-auth=false --tracing=false --grpc-port {{.GRPCPort}} \
+	--grpc-health-port {{.HealthPort}} --metrics-port {{.MetricsPort}}
+# lwepp v1.6.0's flags: pkg/lwepp/server/options.go (TLS on by default; no config, no body parsing).
+LWEPP            := KUBECONFIG={{.Kubeconfig}} exec $$(./bin/eppkit tools path gie-v1.6.0 lwepp) --pool-name {{.PoolName}} \
+	--pool-namespace {{.PoolNamespace}} --secure-serving=false --grpc-port {{.GRPCPort}} \
+	--grpc-health-port {{.HealthPort}} --metrics-port {{.MetricsPort}}
+UPSTREAM_SKIP    := OpenAIResponseUsageRobust
+
+# interop_run: $(1) run name, $(2) command template, $(3) more eppkit conformance flags.
+define interop_run
+	./bin/eppkit conformance --target command --endpoint-source apiserver --command "$(2)" \
+		--report-output $(INTEROP_OUT)/$(1) --log-dir out/interop/$(1) \
+		--expect-failures $(INTEROP_EXPECT)/$(1).txt $(GIE_IMPL) $(3) $(INTEROP_FLAGS)
+endef
+
+interop: $(INTEROP_RUNS)
+	@echo "interop: every run failed exactly its expected tests ($(INTEROP_EXPECT)/); reports in $(INTEROP_OUT)/"
+
+interop-tools: build
 	./bin/eppkit tools build k8s
 	./bin/eppkit tools build gie
-	@epp=$$(./bin/eppkit tools path gie epp) || exit 2; \
-	./bin/eppkit conformance --target command --endpoint-source apiserver \
-		--command "KUBECONFIG={{.Kubeconfig}} exec $$epp --pool-name {{.PoolName}} --pool-namespace {{.PoolNamespace}} --secure-serving=false --metrics-endpoint-auth=false --tracing=false --grpc-port {{.GRPCPort}} --grpc-health-port {{.HealthPort}} --metrics-port {{.MetricsPort}}" \
-		--profiles EPP,EPP-Routing --supported-features $(UPSTREAM_FEATURES) \
-		--report-output out/reports/upstream-v1.5.0 --log-dir out/conformance-upstream \
-		--organization kubernetes-sigs --project gateway-api-inference-extension \
-		--url https://github.com/kubernetes-sigs/gateway-api-inference-extension --version v1.5.0 \
-		--contact https://github.com/kubernetes-sigs/gateway-api-inference-extension/issues $(UPSTREAM_FLAGS); \
-	rc=$$?; echo "conformance-upstream: eppkit conformance exited $$rc (0 all passed, 1 some tests failed: informational)"; \
-	if [ $$rc -ge 2 ]; then exit $$rc; fi
+	./bin/eppkit tools build gie-v1.6.0
+
+# (1) the upstream EPP v1.5.0 with its default config, plaintext. OpenAIResponseUsageRobust runs
+# on its own (usage-crash): a malformed usage block crashes this EPP, which would fail every later test.
+interop-upstream-epp-v1.5.0: interop-tools
+	$(call interop_run,upstream-epp-v1.5.0,$(UPSTREAM_EPP) --secure-serving=false,--project gateway-api-inference-extension \
+		--version v1.5.0 --profiles all --supported-features $(INTEROP_FEATURES) --skip-tests $(UPSTREAM_SKIP))
+
+# (2) the same with TLS on: its default --secure-serving=true with a self-signed certificate
+# (--target-tls insecure); its gRPC health port stays plaintext (cmd/epp/runner/runner.go).
+interop-upstream-epp-v1.5.0-tls: interop-tools
+	$(call interop_run,upstream-epp-v1.5.0-tls,$(UPSTREAM_EPP),--project gateway-api-inference-extension \
+		--version v1.5.0 --profiles all --supported-features $(INTEROP_FEATURES) --skip-tests $(UPSTREAM_SKIP) \
+		--target-tls insecure --target-health-tls plaintext)
+
+# (1b) LoRAAffinity with the config that enables lora-affinity-scorer (the reference's
+# manifests/epp-configs/lora-affinity.yaml, which v1.5.0 parses as is): the test passes.
+interop-upstream-epp-v1.5.0-lora: interop-tools
+	$(call interop_run,upstream-epp-v1.5.0-lora,$(UPSTREAM_EPP) --secure-serving=false --config-file {{.ConfigFile}},\
+		--project gateway-api-inference-extension --version v1.5.0 --config-file manifests/epp-configs/lora-affinity.yaml \
+		--profiles EPP-Routing --supported-features LoRAAffinity --run-test LoRAAffinity)
+
+# (1c) OpenAIResponseUsageRobust alone: v1.5.0 panics on a JSON response whose usage is not an object.
+interop-upstream-epp-v1.5.0-usage-crash: interop-tools
+	$(call interop_run,upstream-epp-v1.5.0-usage-crash,$(UPSTREAM_EPP) --secure-serving=false,\
+		--project gateway-api-inference-extension --version v1.5.0 --profiles EPP-Routing \
+		--supported-features OpenAIRequestParsing --run-test OpenAIResponseUsageRobust)
+
+# (3) GIE v1.6.0's lightweight EPP (round robin). Its body answers break FULL_DUPLEX_STREAMED, so
+# the harness readies it with a headers-only pick and its tests fail one by one.
+interop-lwepp-v1.6.0: interop-tools
+	$(call interop_run,lwepp-v1.6.0,$(LWEPP),--project lwepp --version v1.6.0 --profiles all \
+		--supported-features $(INTEROP_FEATURES) --readiness-probe headers-only)
+
+## conformance-upstream: the upstream EPP v1.5.0 run of make interop alone (reports in
+# reports/interop/upstream-epp-v1.5.0/); exits 0 when it fails exactly its explained tests.
+conformance-upstream: interop-upstream-epp-v1.5.0
 
 ## catalogue: regenerate reports/CATALOGUE.md from the conformance test registry
 catalogue:
