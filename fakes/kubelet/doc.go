@@ -5,13 +5,16 @@
 // engine or privileges. docs/kubelet.md describes it for users.
 //
 // What it does:
-//   - Registers a Ready Node whose spec.podCIDR is a loopback range (default 127.1.0.0/24) and
-//     renews its Lease in kube-node-lease (so the node lifecycle controller keeps it Ready).
+//   - Registers a Ready Node whose spec.podCIDR is a range of addresses local to this machine
+//     (default 198.18.0.0/24, made local by the provider with a local route on lo; a loopback
+//     range such as 127.1.0.0/24 needs no privileges, but the API server refuses loopback
+//     addresses in EndpointSlices) and renews its Lease in kube-node-lease (so the node
+//     lifecycle controller keeps it Ready).
 //   - Runs each container of a Pod bound to the node whose image it knows (Config.Images maps an
 //     image to a local binary; see MatchImage) as a process in its own process group; command[0]
 //     (the image's entrypoint) is replaced by the binary, command[1:] and args follow, with
 //     $(VAR) references expanded as Kubernetes does.
-//   - Gives every Pod its own IP from the pod CIDR (127.1.0.1, 127.1.0.2, ...), so processes of
+//   - Gives every Pod its own IP from the pod CIDR (198.18.0.1, 198.18.0.2, ...), so processes of
 //     different Pods can listen on the same port as long as they bind their Pod IP
 //     (env POD_IP). Processes that bind all interfaces collide: Pods share the host's network
 //     namespace.

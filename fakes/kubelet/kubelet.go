@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 )
 
@@ -33,9 +34,12 @@ import (
 const (
 	// DefaultNodeName is the Node the kubelet registers.
 	DefaultNodeName = "eppkit-node"
-	// DefaultPodCIDR is the node's spec.podCIDR: loopback addresses, which Linux routes to lo
-	// without aliases (macOS needs `ifconfig lo0 alias` for each).
-	DefaultPodCIDR = "127.1.0.0/24"
+	// DefaultPodCIDR is the node's spec.podCIDR. The addresses must be local to this machine
+	// (bindable): the loopback range works without privileges but the API server refuses
+	// loopback addresses in EndpointSlices, so the local provider uses a range of the
+	// benchmarking block 198.18.0.0/15 (RFC 2544) made local with `ip route add local
+	// 198.18.0.0/24 dev lo` (see docs/kubelet.md).
+	DefaultPodCIDR = "198.18.0.0/24"
 	// DefaultNodeIP is the node's InternalIP and every Pod's hostIP.
 	DefaultNodeIP = "127.0.0.1"
 	// DefaultLeaseDuration is the node Lease's leaseDurationSeconds; it is renewed every quarter.
@@ -65,7 +69,8 @@ type Config struct {
 	Client kubernetes.Interface
 	// NodeName is the Node to register (default DefaultNodeName).
 	NodeName string
-	// PodCIDR is the node's pod range, an IPv4 prefix inside 127.0.0.0/8 (default DefaultPodCIDR).
+	// PodCIDR is the node's pod range, an IPv4 prefix whose addresses are local to this machine
+	// (a loopback range, or one with a local route; default DefaultPodCIDR).
 	PodCIDR string
 	// NodeIP is the node's InternalIP (default DefaultNodeIP).
 	NodeIP string
@@ -128,8 +133,8 @@ func New(cfg Config) (*Kubelet, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubelet: PodCIDR %q: %w", cfg.PodCIDR, err)
 	}
-	if !prefix.Addr().Is4() || !netip.MustParsePrefix("127.0.0.0/8").Contains(prefix.Addr()) || prefix.Bits() < 8 || prefix.Bits() > 30 {
-		return nil, fmt.Errorf("kubelet: PodCIDR %q must be an IPv4 loopback range between /8 and /30 (e.g. %s)", cfg.PodCIDR, DefaultPodCIDR)
+	if !prefix.Addr().Is4() || prefix.Bits() < 8 || prefix.Bits() > 30 {
+		return nil, fmt.Errorf("kubelet: PodCIDR %q must be an IPv4 range between /8 and /30 (e.g. %s)", cfg.PodCIDR, DefaultPodCIDR)
 	}
 	prefix = prefix.Masked()
 	if _, err := netip.ParseAddr(cfg.NodeIP); err != nil {
@@ -292,7 +297,17 @@ func (k *Kubelet) registerNode(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("kubelet: register node %s: %w", k.cfg.NodeName, err)
 	}
-	return k.writeNodeStatus(ctx, created)
+	// The node lifecycle controller taints a new node at once: retry on conflicts.
+	first := true
+	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		if !first {
+			if created, err = nodes.Get(ctx, k.cfg.NodeName, metav1.GetOptions{}); err != nil {
+				return err
+			}
+		}
+		first = false
+		return k.writeNodeStatus(ctx, created)
+	})
 }
 
 func (k *Kubelet) writeNodeStatus(ctx context.Context, node *corev1.Node) error {
@@ -326,6 +341,9 @@ func (k *Kubelet) writeNodeStatus(ctx context.Context, node *corev1.Node) error 
 			Architecture: runtime.GOARCH, ContainerRuntimeVersion: "eppkit-process://v1"},
 	}
 	if _, err := k.cfg.Client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+		if apierrors.IsConflict(err) {
+			return err // unwrapped, so RetryOnConflict sees it
+		}
 		return fmt.Errorf("kubelet: node %s status: %w", k.cfg.NodeName, err)
 	}
 	return nil

@@ -35,6 +35,10 @@ import (
 	"github.com/eppkit/eppkit/fakes/kubelet"
 )
 
+// testPodCIDR is a loopback range: bindable without privileges (nothing here needs EndpointSlices,
+// which refuse loopback addresses).
+const testPodCIDR = "127.1.0.0/24"
+
 // helperEnv makes the test binary act as a container: `helper serve ...` (see runHelper).
 const helperEnv = "EPPKIT_KUBELET_TEST_HELPER"
 
@@ -161,7 +165,7 @@ func startEnv(t *testing.T) *env {
 	state := t.TempDir()
 	host, port, _ := net.SplitHostPort(strings.TrimPrefix(cp.RestConfig.Host, "https://"))
 	k, err := kubelet.New(kubelet.Config{Client: cp.Clientset, Kubeconfig: cp.KubeconfigPath, StateDir: state,
-		Images: map[string]string{"helper": self}, APIServerHost: host, APIServerPort: port, LeaseDuration: 4 * time.Second,
+		PodCIDR: testPodCIDR, Images: map[string]string{"helper": self}, APIServerHost: host, APIServerPort: port, LeaseDuration: 4 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))})
 	if err != nil {
 		t.Fatal(err)
@@ -263,7 +267,7 @@ func (e *env) podLog(p *corev1.Pod, container string) string {
 func TestKubeletAgainstAPIServer(t *testing.T) {
 	e := startEnv(t)
 	ctx := context.Background()
-	cidr := netip.MustParsePrefix(kubelet.DefaultPodCIDR)
+	cidr := netip.MustParsePrefix(testPodCIDR)
 
 	t.Run("node is Ready with a loopback podCIDR and a renewed lease", func(t *testing.T) {
 		// Run registers the node asynchronously: poll for up to 30 s.
@@ -282,8 +286,8 @@ func TestKubeletAgainstAPIServer(t *testing.T) {
 		if node == nil || !readyCond {
 			t.Fatalf("node %s not registered Ready within 30s: %+v", kubelet.DefaultNodeName, node)
 		}
-		if node.Spec.PodCIDR != kubelet.DefaultPodCIDR {
-			t.Errorf("podCIDR = %q, want %q", node.Spec.PodCIDR, kubelet.DefaultPodCIDR)
+		if node.Spec.PodCIDR != testPodCIDR {
+			t.Errorf("podCIDR = %q, want %q", node.Spec.PodCIDR, testPodCIDR)
 		}
 		var err error
 		lease := func() *coordinationv1.Lease {
