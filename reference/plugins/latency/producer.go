@@ -568,14 +568,23 @@ func (p *Producer) ResponseBody(_ context.Context, req *framework.LLMRequest, _ 
 	if req == nil {
 		return
 	}
+	now := p.clock.Now()
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	f := p.flights[req.RequestID]
-	if f == nil || !f.streaming {
+	streaming := f != nil && f.streaming
+	p.mu.Unlock()
+	if !streaming {
 		return
 	}
-	if f.tokens.write(chunk) > 0 && f.firstToken.IsZero() {
-		f.firstToken = p.clock.Now()
+	// The token counter belongs to this request, whose response hooks run one after another,
+	// so chunks are parsed outside the producer's lock.
+	if f.tokens.write(chunk) == 0 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if f.firstToken.IsZero() {
+		f.firstToken = now
 		p.finishPrefillLocked(f)
 	}
 }

@@ -70,6 +70,9 @@ func isTokenEvent(line []byte) bool {
 	if len(payload) == 0 || payload[0] != '{' {
 		return false // "[DONE]" or garbage
 	}
+	if !bytes.Contains(payload, []byte(`"text"`)) && !bytes.Contains(payload, []byte(`"content"`)) {
+		return false // usage or role-only chunks: no need to decode
+	}
 	var ev sseEvent
 	if json.Unmarshal(payload, &ev) != nil {
 		return false
