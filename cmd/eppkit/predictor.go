@@ -25,6 +25,7 @@ type predictorFlags struct {
 	host                     string
 	port                     int
 	objective, features      string
+	quantileMethod           string
 	quantile                 float64
 	minSamples, retrainEvery int
 	maxPerBucket             int
@@ -61,6 +62,7 @@ prior flags, scripted at runtime with POST /admin/behavior). SIGINT/SIGTERM shut
 	fl.IntVar(&f.port, "port", 8000, "Listen port (0 picks a free one; the URL is printed)")
 	fl.StringVar(&f.objective, "objective", predictor.ObjectiveQuantile, "quantile or mean")
 	fl.Float64Var(&f.quantile, "quantile", predictor.DefaultQuantile, "Predicted quantile in (0,1) for --objective quantile")
+	fl.StringVar(&f.quantileMethod, "quantile-method", predictor.QuantileRelative, "relative (mean × quantile of actual/mean) or additive (mean + quantile of residuals)")
 	fl.StringVar(&f.features, "features", string(predictor.FeaturesFull), "Feature set: full (upstream training server's) or client (what upstream's Go client reads back from /metrics)")
 	fl.IntVar(&f.minSamples, "min-samples", predictor.DefaultMinSamples, "Samples per target before the first fit (not ready until then)")
 	fl.IntVar(&f.retrainEvery, "retrain-every", predictor.DefaultRetrainEvery, "Refit after this many new samples")
@@ -86,7 +88,7 @@ func runPredictor(cmd *cobra.Command, f predictorFlags) error {
 		handler = fk.Handler()
 	} else {
 		m, err := predictor.NewModel(predictor.Config{
-			Objective: f.objective, Quantile: f.quantile, Features: predictor.FeatureSet(f.features),
+			Objective: f.objective, Quantile: f.quantile, QuantileMethod: f.quantileMethod, Features: predictor.FeatureSet(f.features),
 			MinSamples: f.minSamples, RetrainEvery: f.retrainEvery, RetrainInterval: f.retrainInterval,
 			MaxPerBucket: f.maxPerBucket, PriorTTFTms: f.priorTTFT, PriorTPOTms: f.priorTPOT,
 		})
@@ -125,7 +127,7 @@ func runPredictor(cmd *cobra.Command, f predictorFlags) error {
 func flagOfConfigError(err error) string {
 	msg := err.Error()
 	for field, flag := range map[string]string{
-		"objective:": "objective:", "quantile:": "quantile:", "features:": "features:",
+		"objective:": "objective:", "quantile:": "quantile:", "quantileMethod:": "quantile-method:", "features:": "features:",
 		"maxPerBucket:": "max-per-bucket:", "minSamples:": "min-samples:", "retrainInterval:": "retrain-interval:",
 		"retrainEvery:": "retrain-every:", "priorTTFTms/priorTPOTms:": "prior-ttft-ms/--prior-tpot-ms:",
 	} {

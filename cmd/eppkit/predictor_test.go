@@ -234,6 +234,7 @@ func TestPredictorFlagErrors(t *testing.T) {
 		{[]string{"--objective", "median"}, "--objective"},
 		{[]string{"--quantile", "1.5"}, "--quantile"},
 		{[]string{"--features", "trees"}, "--features"},
+		{[]string{"--quantile-method", "median"}, "--quantile-method"},
 		{[]string{"--min-samples", "1"}, "--min-samples"},
 		{[]string{"--retrain-every", "-1"}, "--retrain-every"},
 		{[]string{"--max-per-bucket", "-2"}, "--max-per-bucket"},

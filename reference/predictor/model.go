@@ -32,12 +32,23 @@ const (
 	DefaultPriorTPOTms     = 20
 )
 
+// Quantile methods of Config.QuantileMethod.
+const (
+	QuantileAdditive = "additive"
+	QuantileRelative = "relative"
+)
+
 // Config configures a Model. The zero value of every field means its default.
 type Config struct {
 	// Objective is ObjectiveQuantile (default) or ObjectiveMean.
 	Objective string
 	// Quantile is the predicted quantile in (0,1) when Objective is quantile; default 0.9.
 	Quantile float64
+	// QuantileMethod is how the quantile is put on top of the posterior mean ŷ: QuantileRelative
+	// (default; ŷ times the q-quantile of y/ŷ over the training samples, for errors that grow
+	// with the latency) or QuantileAdditive (ŷ + the q-quantile of the residuals y − ŷ). The
+	// default is chosen on the fake-fleet traces (docs/predictor.md).
+	QuantileMethod string
 	// Features is the feature set; default FeaturesFull.
 	Features FeatureSet
 	// MaxPerBucket bounds each of the 400 sample buckets per target; the newest sample replaces
@@ -69,6 +80,12 @@ func (c *Config) setDefaults() error {
 	}
 	if !(c.Quantile > 0 && c.Quantile < 1) {
 		return fmt.Errorf("quantile: must be in (0,1), got %v", c.Quantile)
+	}
+	if c.QuantileMethod == "" {
+		c.QuantileMethod = QuantileRelative
+	}
+	if c.QuantileMethod != QuantileAdditive && c.QuantileMethod != QuantileRelative {
+		return fmt.Errorf("quantileMethod: want %q or %q, got %q", QuantileAdditive, QuantileRelative, c.QuantileMethod)
 	}
 	if c.Features == "" {
 		c.Features = FeaturesFull
@@ -143,14 +160,16 @@ type target struct {
 	count   int
 }
 
-// trainedModel is an immutable snapshot the predict path reads without locks. ttftOff and
-// tpotOff are added to the posterior means: the q-quantile of the training residuals for the
-// quantile objective, 0 for the mean.
+// trainedModel is an immutable snapshot the predict path reads without locks. A prediction is
+// scale·(posterior mean) + off: for the mean objective scale 1, off 0; for the quantile objective
+// with QuantileAdditive scale 1 and off the q-quantile of the training residuals y − ŷ, with
+// QuantileRelative off 0 and scale the q-quantile of y/ŷ. Either way it stays linear.
 type trainedModel struct {
-	ttft, tpot       *linearFit
-	ttftOff, tpotOff float64
-	ttftN, tpotN     int
-	trainedAt        time.Time
+	ttft, tpot           *linearFit
+	ttftOff, tpotOff     float64
+	ttftScale, tpotScale float64
+	ttftN, tpotN         int
+	trainedAt            time.Time
 }
 
 // Model is the in-process online predictor (SPEC §4.2): Bayesian ridge regressions for TTFT and
@@ -331,19 +350,19 @@ func (m *Model) fitBoth(ttftS, tpotS []sample) (*trainedModel, error) {
 	if len(ttftS) < m.cfg.MinSamples || len(tpotS) < m.cfg.MinSamples {
 		return nil, fmt.Errorf("%w: %d TTFT and %d TPOT samples, need %d each", ErrNotReady, len(ttftS), len(tpotS), m.cfg.MinSamples)
 	}
-	ttft, ttftOff, err := m.fitOne(m.spec.ttft, ttftS)
+	ttft, ttftScale, ttftOff, err := m.fitOne(m.spec.ttft, ttftS)
 	if err != nil {
 		return nil, fmt.Errorf("ttft: %w", err)
 	}
-	tpot, tpotOff, err := m.fitOne(m.spec.tpot, tpotS)
+	tpot, tpotScale, tpotOff, err := m.fitOne(m.spec.tpot, tpotS)
 	if err != nil {
 		return nil, fmt.Errorf("tpot: %w", err)
 	}
-	return &trainedModel{ttft: ttft, tpot: tpot, ttftOff: ttftOff, tpotOff: tpotOff,
+	return &trainedModel{ttft: ttft, tpot: tpot, ttftOff: ttftOff, tpotOff: tpotOff, ttftScale: ttftScale, tpotScale: tpotScale,
 		ttftN: len(ttftS), tpotN: len(tpotS), trainedAt: m.cfg.Clock.Now()}, nil
 }
 
-func (m *Model) fitOne(names []string, ss []sample) (*linearFit, float64, error) {
+func (m *Model) fitOne(names []string, ss []sample) (fit *linearFit, scale, off float64, err error) {
 	st := newSuffStats(len(names))
 	x := make([]float64, len(names))
 	for i := range ss {
@@ -352,18 +371,30 @@ func (m *Model) fitOne(names []string, ss []sample) (*linearFit, float64, error)
 	}
 	f, err := st.fit()
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
 	if m.cfg.Objective == ObjectiveMean {
-		return f, 0, nil
+		return f, 1, 0, nil
 	}
-	res := make([]float64, len(ss))
+	res := make([]float64, 0, len(ss))
 	for i := range ss {
 		fillFeatures(x, names, &ss[i].req)
 		mu, _ := f.predict(x)
-		res[i] = ss[i].y - mu
+		if m.cfg.QuantileMethod == QuantileRelative {
+			if mu > 0 {
+				res = append(res, ss[i].y/mu)
+			}
+			continue
+		}
+		res = append(res, ss[i].y-mu)
 	}
-	return f, quantileOf(res, m.cfg.Quantile), nil
+	if m.cfg.QuantileMethod == QuantileRelative {
+		if len(res) == 0 {
+			return f, 1, 0, nil
+		}
+		return f, quantileOf(res, m.cfg.Quantile), 0, nil
+	}
+	return f, 1, quantileOf(res, m.cfg.Quantile), nil
 }
 
 // quantileOf returns the q-quantile of xs (linear interpolation between order statistics); it
@@ -422,8 +453,8 @@ func (m *Model) PredictBulk(_ context.Context, reqs []PredictionRequest) ([]Pred
 		fillFeatures(xp, m.spec.tpot, &reqs[i])
 		mt, st := snap.ttft.predict(xt)
 		mp, sp := snap.tpot.predict(xp)
-		r.TTFT = math.Max(0, mt+snap.ttftOff)
-		r.TPOT = math.Max(0, mp+snap.tpotOff)
+		r.TTFT = math.Max(0, snap.ttftScale*mt+snap.ttftOff)
+		r.TPOT = math.Max(0, snap.tpotScale*mp+snap.tpotOff)
 		r.TTFTUncertainty, r.TPOTUncertainty = st, sp
 		r.TTFTPredictionBounds = [2]float64{math.Max(0, mt-2*st), math.Max(0, mt+2*st)}
 		r.TPOTPredictionBounds = [2]float64{math.Max(0, mp-2*sp), math.Max(0, mp+2*sp)}
@@ -450,13 +481,13 @@ func (m *Model) Coefficients() ModelCoefficients {
 		}
 		return c
 	}
-	c.TTFTIntercept = snap.ttft.Intercept + snap.ttftOff
-	c.TPOTIntercept = snap.tpot.Intercept + snap.tpotOff
+	c.TTFTIntercept = snap.ttftScale*snap.ttft.Intercept + snap.ttftOff
+	c.TPOTIntercept = snap.tpotScale*snap.tpot.Intercept + snap.tpotOff
 	for i, n := range m.spec.ttft {
-		c.TTFTCoeffs[n] = snap.ttft.Coef[i]
+		c.TTFTCoeffs[n] = snap.ttftScale * snap.ttft.Coef[i]
 	}
 	for i, n := range m.spec.tpot {
-		c.TPOTCoeffs[n] = snap.tpot.Coef[i]
+		c.TPOTCoeffs[n] = snap.tpotScale * snap.tpot.Coef[i]
 	}
 	return c
 }

@@ -140,7 +140,7 @@ func TestQuantileObjectiveCoverage(t *testing.T) {
 	// Additive Gaussian noise (sd 10 ms): the residual quantile is exact, so coverage on n=4000
 	// held-out samples must be within ±0.03 of q (binomial sd ≤ 0.008).
 	for _, tc := range tests {
-		m, err := NewModel(Config{Quantile: tc.q, MinSamples: 10})
+		m, err := NewModel(Config{Quantile: tc.q, QuantileMethod: QuantileAdditive, MinSamples: 10})
 		if err != nil {
 			t.Fatal(err)
 		}

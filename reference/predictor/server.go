@@ -37,6 +37,8 @@ type ServerOptions struct {
 	TrainingServerURL string
 	// Logger receives request errors; nil means slog.Default().
 	Logger *slog.Logger
+	// MaxBodyBytes bounds request bodies (413 beyond); 0 means MaxBodyBytes.
+	MaxBodyBytes int64
 }
 
 // errorBody is FastAPI's error shape, which upstream's servers answer with.
@@ -61,6 +63,9 @@ type errorBody struct {
 func NewHandler(m *Model, opts ServerOptions) http.Handler {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
+	}
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = MaxBodyBytes
 	}
 	s := &server{m: m, opts: opts}
 	reg := prometheus.NewRegistry()
@@ -112,12 +117,12 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 // readBody reads the bounded body.
-func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+func (s *server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return nil, &httpError{http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes", MaxBodyBytes)}
+			return nil, &httpError{http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes", s.opts.MaxBodyBytes)}
 		}
 		return nil, &httpError{http.StatusBadRequest, "reading request body: " + err.Error()}
 	}
@@ -167,7 +172,7 @@ func decodeList(body []byte, key string, max int) ([]json.RawMessage, error) {
 }
 
 func (s *server) decodeRequests(w http.ResponseWriter, r *http.Request) ([]PredictionRequest, error) {
-	body, err := readBody(w, r)
+	body, err := s.readBody(w, r)
 	if err != nil {
 		return nil, err
 	}
@@ -189,7 +194,7 @@ func (s *server) decodeRequests(w http.ResponseWriter, r *http.Request) ([]Predi
 }
 
 func (s *server) predict(w http.ResponseWriter, r *http.Request) {
-	body, err := readBody(w, r)
+	body, err := s.readBody(w, r)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -233,7 +238,7 @@ func (s *server) predictBulkStrict(w http.ResponseWriter, r *http.Request) {
 // and an entry in errors, the others are predicted.
 func (s *server) predictBulk(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	body, err := readBody(w, r)
+	body, err := s.readBody(w, r)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -281,7 +286,7 @@ func (s *server) predictBulk(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) addTrainingData(w http.ResponseWriter, r *http.Request) {
-	body, err := readBody(w, r)
+	body, err := s.readBody(w, r)
 	if err != nil {
 		s.fail(w, r, err)
 		return
