@@ -266,10 +266,12 @@ func (s *InferencePoolSource) onPod(obj any, deleted bool) {
 		return
 	}
 	s.mu.Lock()
+	if mutant.Enabled && mutant.On(mutant.RemovedEndpointKept) && (deleted || pod.DeletionTimestamp != nil) {
+		s.mu.Unlock()
+		return // the Pod's deletion (graceful or not) is never applied
+	}
 	if deleted {
-		if !(mutant.Enabled && mutant.On(mutant.RemovedEndpointKept)) {
-			delete(s.pods, pod.Name)
-		}
+		delete(s.pods, pod.Name)
 	} else {
 		s.pods[pod.Name] = pod
 	}
