@@ -364,7 +364,7 @@ func mutantsReport(runs []matrixRun, baseline map[string]matrixRun, registered m
 			judged++
 		}
 		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s | %s | %s | %s |\n", r.mutant.Name, cellMD(r.mutant.Breaks), cellMD(r.mutant.Where),
-			r.source, cellMD(r.mutant.Target), cellMD(c), cellMD(listOrDash(r.failed)), r.duration.Round(time.Second))
+			r.source, cellMD(r.mutant.Target), cellMD(c), cellMD(shortList(r.failed, 6)), r.duration.Round(time.Second))
 	}
 	fmt.Fprintf(&b, "\n**%d of %d judged mutants caught by their targeted test; %d escaped.**\n", caught, judged, escaped)
 	b.WriteString("\nReproduce one mutant: `make mutants MUTANTS_FLAGS=\"--only <name>\"`, or by hand `go build -tags eppkit_mutants -o bin/eppkit-mutants ./cmd/eppkit && EPPKIT_MUTANT=<name> bin/eppkit-mutants conformance --target reference --endpoint-source static --all-features --config-file manifests/epp-configs/conformance.yaml --run-test <Target>`.\n")
@@ -385,4 +385,12 @@ func listOrDash(l []string) string {
 		return "—"
 	}
 	return strings.Join(l, ", ")
+}
+
+// shortList is listOrDash of the first max entries, with the count of the rest.
+func shortList(l []string, max int) string {
+	if len(l) <= max {
+		return listOrDash(l)
+	}
+	return fmt.Sprintf("%s … and %d more (%d in all)", strings.Join(l[:max], ", "), len(l)-max, len(l))
 }

@@ -96,7 +96,7 @@ var catalogue = []Mutant{
 	{Name: CriticalShed, Breaks: "only sheddable requests (priority < 0) are shed under saturation (SPEC §3, §6 RequestShedding)",
 		Where: "reference/director HandleRequest: every request is shed when the pool is saturated", Kind: BlackBox, Target: "RequestShedding"},
 	{Name: RemovedEndpointKept, Breaks: "an endpoint removed from the pool stops being picked (SPEC §6 EndpointChurn)",
-		Where: "reference/discovery InferencePool reconcile: deleted Pods stay in the pool", Kind: BlackBox, Target: "EndpointChurn", NeedsAPIServer: true},
+		Where: "reference/discovery InferencePool onPod: a deleted or terminating Pod keeps its last Ready state", Kind: BlackBox, Target: "EndpointChurn", NeedsAPIServer: true},
 	{Name: UsageSplitDonePanics, Breaks: "usage parsing never breaks a response, [DONE] split across chunks included (SPEC §5.2)",
 		Where: "reference/extproc UsageParser: panics on a data: [DONE] event split across chunks", Kind: BlackBox, Target: "OpenAIResponseUsageRobust"},
 	{Name: StaleEndpointKept, Breaks: "stale endpoints are filtered out unless every candidate is stale (SPEC §3, eppkit)",
