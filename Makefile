@@ -2,11 +2,12 @@
 GO        ?= go
 GINKGO    := $(GO) run github.com/onsi/ginkgo/v2/ginkgo
 PKGS_UNIT := $(shell $(GO) list ./... | grep -v /suites/)
-SUITES    := $(wildcard suites/*/)
+# suites/e2e needs a cluster: it runs in `make e2e`, not in `make suites`.
+SUITES    := $(filter-out suites/e2e/,$(wildcard suites/*/))
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 GINKGO_FLAGS ?=
 
-.PHONY: all build test unit suites conformance conformance-upstream interop interop-tools $(INTEROP_RUNS) catalogue tools lint bench clean manifests image mutants flake-check
+.PHONY: all build test unit suites conformance conformance-upstream interop interop-tools $(INTEROP_RUNS) catalogue tools lint bench clean manifests image mutants flake-check e2e
 
 all: build
 
@@ -138,6 +139,20 @@ interop-lwepp-v1.6.0: interop-tools
 ## conformance-upstream: the upstream EPP v1.5.0 run of make interop alone (reports in
 # reports/interop/upstream-epp-v1.5.0/); exits 0 when it fails exactly its explained tests.
 conformance-upstream: interop-upstream-epp-v1.5.0
+
+## e2e: the cluster end-to-end suite (suites/e2e) on PROVIDER (local by default: etcd, kube-apiserver,
+# kube-controller-manager, kube-scheduler v1.37.2 from tools/ — built once, cached — and the process
+# kubelet; docs/kubelet.md). The local cluster's pod CIDR 198.18.0.0/24 needs one local route
+# (`ip route add local 198.18.0.0/24 dev lo`, added by the provider when it may). The cluster is
+# destroyed after the run; EPPKIT_KEEP_CLUSTER=true keeps it (the next run then reuses it in ~1 s).
+PROVIDER  ?= local
+E2E_FLAGS ?=
+e2e: build
+	@if [ "$(PROVIDER)" = local ]; then \
+		./bin/eppkit tools build k8s --all $(TOOLS_FLAGS) && ./bin/eppkit tools build gie --only crds || exit 2; \
+	fi
+	EPPKIT_PROVIDER=$(PROVIDER) EPPKIT_BIN=$(CURDIR)/bin/eppkit EPPKIT_E2E_OUT=$(CURDIR)/out/e2e \
+		$(GINKGO) --label-filter=e2e --output-dir=out/e2e --junit-report=junit.xml $(E2E_FLAGS) ./suites/e2e
 
 ## catalogue: regenerate reports/CATALOGUE.md from the conformance test registry
 catalogue:
