@@ -145,7 +145,7 @@ var _ = ginkgo.BeforeSuite(func(ctx context.Context) {
 	gomega.Expect(err).NotTo(gomega.HaveOccurred())
 	start := time.Now()
 	gomega.Expect(p.Create(ctx)).To(gomega.Succeed(), "bring up the %s cluster", p.Name())
-	ginkgo.GinkgoWriter.Printf("e2e: cluster up in %s\n", time.Since(start).Round(time.Millisecond))
+	ginkgo.AddReportEntry("cluster up", fmt.Sprintf("%s cluster %q up in %s", p.Name(), *flagClusterName, time.Since(start).Round(time.Millisecond)), ginkgo.ReportEntryVisibilityAlways)
 	e = &env{provider: p, seed: seed}
 	ginkgo.DeferCleanup(func(ctx context.Context) {
 		if keepCluster() {
