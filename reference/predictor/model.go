@@ -470,6 +470,10 @@ func (m *Model) Coefficients() ModelCoefficients {
 	m.mu.Lock()
 	snap := m.snap
 	m.mu.Unlock()
+	return m.coefficientsOf(snap)
+}
+
+func (m *Model) coefficientsOf(snap *trainedModel) ModelCoefficients {
 	c := ModelCoefficients{TTFTCoeffs: map[string]float64{}, TPOTCoeffs: map[string]float64{}}
 	if snap == nil {
 		c.TTFTIntercept, c.TPOTIntercept = m.cfg.PriorTTFTms, m.cfg.PriorTPOTms
@@ -490,6 +494,15 @@ func (m *Model) Coefficients() ModelCoefficients {
 		c.TPOTCoeffs[n] = snap.tpotScale * snap.tpot.Coef[i]
 	}
 	return c
+}
+
+// statsAndCoefficients returns Stats and Coefficients of the same model snapshot.
+func (m *Model) statsAndCoefficients() (Stats, ModelCoefficients) {
+	m.mu.Lock()
+	st := m.statsLocked()
+	snap := m.snap
+	m.mu.Unlock()
+	return st, m.coefficientsOf(snap)
 }
 
 // FeatureNames returns the ordered TTFT and TPOT feature names of the model's feature set.
@@ -517,6 +530,10 @@ type Stats struct {
 func (m *Model) Stats() Stats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.statsLocked()
+}
+
+func (m *Model) statsLocked() Stats {
 	s := Stats{TTFTSamples: m.stored(&m.ttft), TPOTSamples: m.stored(&m.tpot),
 		TTFTSeen: m.ttft.count, TPOTSeen: m.tpot.count, Trainings: m.trainCount}
 	if m.snap != nil {

@@ -379,8 +379,7 @@ func (c *modelCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *modelCollector) Collect(ch chan<- prometheus.Metric) {
 	cfg := c.m.Config()
-	st := c.m.Stats()
-	co := c.m.Coefficients()
+	st, co := c.m.statsAndCoefficients()
 	tt, tp := c.m.FeatureNames()
 	g := prometheus.GaugeValue
 	ch <- prometheus.MustNewConstMetric(descModelType, g, 1, ModelTypeBayesianRidge)
