@@ -443,6 +443,7 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, chat b
 	}
 	var prevAt time.Time
 	var ttftAt time.Time
+	var pending []time.Time // due times of tokens written but not yet flushed
 	n := 0
 	for {
 		ev, err := seq.Next(ctx)
@@ -460,10 +461,19 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, chat b
 		prevAt = ev.At
 		n++
 		if st != nil {
-			if err := st.token(tokenText(ev.Index), n == 1); err != nil {
-				return
+			st.token(tokenText(ev.Index), n == 1)
+			pending = append(pending, ev.At)
+			// Tokens already due (a consumer that fell behind) go out in one write and one flush;
+			// on time, each token is flushed alone.
+			if ev.Final || abort || ev.Buffered == 0 {
+				if err := st.flush(); err != nil {
+					return
+				}
+				for _, at := range pending {
+					s.met.tokenLate(clk.Since(at))
+				}
+				pending = pending[:0]
 			}
-			s.met.tokenLate(clk.Since(ev.At))
 			if abort {
 				panic(http.ErrAbortHandler)
 			}
@@ -514,7 +524,7 @@ func joinTokens(t []engine.Token) string {
 }
 
 // sseWriter writes OpenAI server-sent-event chunks with hand-built JSON (a fixed prefix per
-// request and the escaped token text), flushing after each event.
+// request and the escaped token text) into a buffer that flush writes and flushes.
 type sseWriter struct {
 	w       http.ResponseWriter
 	rc      *http.ResponseController
@@ -561,8 +571,9 @@ func (s *sseWriter) flush() error {
 	return s.rc.Flush()
 }
 
-// token writes one token chunk; the first chat chunk is preceded by the role chunk.
-func (s *sseWriter) token(text string, first bool) error {
+// token appends one token chunk to the buffer (flush sends it); the first chat chunk is preceded
+// by the role chunk.
+func (s *sseWriter) token(text string, first bool) {
 	if s.chat {
 		if first {
 			s.buf = append(s.buf, s.prefix...)
@@ -578,7 +589,6 @@ func (s *sseWriter) token(text string, first bool) error {
 		s.buf = appendJSONString(s.buf, text)
 		s.buf = append(s.buf, `,"logprobs":null,"finish_reason":null}]}`+"\n\n"...)
 	}
-	return s.flush()
 }
 
 // finish writes the finish_reason chunk, the usage chunk when asked, and [DONE].

@@ -897,3 +897,26 @@ func TestRealClockNeverEarly(t *testing.T) {
 		t.Errorf("final Stats = %+v, want %d tokens and an idle engine", st, streams*tokens)
 	}
 }
+
+// TestEventBuffered: tokens that fell due while nobody called Next come out at once, each telling
+// how many more are already waiting, so a late consumer can write them together.
+func TestEventBuffered(t *testing.T) {
+	e, fc := newTestEngine(t, func(c *Config) {
+		c.PrefillOverhead, c.PrefillTimePerToken = 10*time.Millisecond, 0
+		c.InterTokenLatency = 5 * time.Millisecond
+	})
+	s := submit(t, e, Request{Prompt: words("b", 0, 4), MaxTokens: 4})
+	// First token at 10 ms, then 15, 20, 25 ms: at 22 ms three are due.
+	fc.Step(22 * time.Millisecond)
+	var got []int
+	for range 3 {
+		ev, err := s.Next(context.Background())
+		if err != nil {
+			t.Fatalf("Next: %v", err)
+		}
+		got = append(got, ev.Buffered)
+	}
+	if diff := cmp.Diff([]int{2, 1, 0}, got); diff != "" {
+		t.Fatalf("Buffered of the three due tokens (-want +got):\n%s", diff)
+	}
+}

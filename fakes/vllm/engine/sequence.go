@@ -18,6 +18,10 @@ type Event struct {
 	FinishReason string
 	// At is the engine-clock time the token was due; tokens arrive in At order.
 	At time.Time
+	// Buffered is how many later tokens were already due and produced when Next returned this one:
+	// the next Buffered calls of Next return at once. A streaming consumer that fell behind uses
+	// it to write those tokens together and flush once.
+	Buffered int
 }
 
 type seqState uint8
@@ -100,6 +104,7 @@ func (s *Sequence) Next(ctx context.Context) (Event, error) {
 		if s.head < len(s.events) {
 			ev := s.events[s.head]
 			s.head++
+			ev.Buffered = len(s.events) - s.head
 			e.mu.Unlock()
 			return ev, nil
 		}
