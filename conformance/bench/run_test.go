@@ -27,9 +27,19 @@ func TestRunRoundRobinEndToEnd(t *testing.T) {
 	if m.TotalOutputTokens != 4*m.Completed {
 		t.Fatalf("%d output tokens for %d requests of 4", m.TotalOutputTokens, m.Completed)
 	}
-	// The frozen profile: TTFT ≥ 30 ms prefill overhead; decode gaps around 12 ms.
-	if m.TTFT.Percentiles["p50"] < 30 || m.ITL.Median < 6 {
-		t.Fatalf("TTFT p50 %.1f ms (want ≥ 30), ITL median %.1f ms (want ≈ 12)", m.TTFT.Percentiles["p50"], m.ITL.Median)
+	// The frozen profile bounds every stream from below whatever the machine's load: no token
+	// before the 30 ms prefill overhead, and the 3 later tokens at least 0.3 × 12 ms apart (the
+	// jitter clamp). Client-side gaps themselves are not asserted: a starved client reads several
+	// chunks at once (vLLM's client sees the same).
+	for _, o := range r.Outcomes {
+		last := o.TTFTMs
+		for _, g := range o.ITLMs {
+			last += g
+		}
+		if o.TTFTMs < 30 || last < 30+3*3.6 {
+			t.Fatalf("seed 21 request %d: TTFT %.1f ms, last token at %.1f ms; the fake cannot be faster than 30 and %.1f ms",
+				o.ID, o.TTFTMs, last, 30+3*3.6)
+		}
 	}
 	if len(r.Endpoints) != 2 {
 		t.Fatalf("endpoints %+v, want both members", r.Endpoints)
