@@ -29,7 +29,7 @@ type linearFit struct {
 	// Alpha is the estimated noise precision (1/ms²); Lambda the weight precision.
 	Alpha, Lambda float64
 	mean, scale   []float64
-	sigma         *mat.SymDense
+	sigma         []float64 // d×d row-major posterior covariance in standardised space
 	// N is the number of samples fitted; Iter the evidence-maximisation iterations run.
 	N, Iter int
 }
@@ -186,7 +186,12 @@ func (s *suffStats) fit() (*linearFit, error) {
 			}
 		}
 	}
-	f := &linearFit{Coef: make([]float64, d), Alpha: alpha, Lambda: lambda, mean: mean, scale: scale, sigma: sigma, N: int(n), Iter: iter}
+	f := &linearFit{Coef: make([]float64, d), Alpha: alpha, Lambda: lambda, mean: mean, scale: scale, sigma: make([]float64, d*d), N: int(n), Iter: iter}
+	for i := range d {
+		for j := range d {
+			f.sigma[i*d+j] = sigma.At(i, j)
+		}
+	}
 	f.Intercept = ymean
 	for i := range d {
 		if scale[i] == 0 {
@@ -205,19 +210,29 @@ func (f *linearFit) predict(x []float64) (mean, std float64) {
 		mean += c * x[i]
 	}
 	d := len(f.Coef)
-	v := 1 / f.Alpha
+	var zbuf [16]float64
+	z := zbuf[:0]
+	if d > len(zbuf) {
+		z = make([]float64, 0, d)
+	}
 	for i := range d {
 		if f.scale[i] == 0 {
+			z = append(z, 0)
 			continue
 		}
-		zi := (x[i] - f.mean[i]) / f.scale[i]
-		for j := range d {
-			if f.scale[j] == 0 {
-				continue
-			}
-			zj := (x[j] - f.mean[j]) / f.scale[j]
-			v += zi * f.sigma.At(i, j) * zj
+		z = append(z, (x[i]-f.mean[i])/f.scale[i])
+	}
+	v := 1 / f.Alpha
+	for i := range d {
+		if z[i] == 0 {
+			continue
 		}
+		row := f.sigma[i*d : (i+1)*d]
+		acc := 0.0
+		for j, zj := range z {
+			acc += row[j] * zj
+		}
+		v += z[i] * acc
 	}
 	return mean, math.Sqrt(math.Max(v, 0))
 }
