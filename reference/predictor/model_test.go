@@ -57,11 +57,14 @@ func TestLearnsSyntheticLinearLaw(t *testing.T) {
 		name     string
 		features FeatureSet
 		noise    float64
-		// maxMAPE is the bound on held-out MAPE against the noiseless law.
-		maxMAPE float64
+		// maxMAPE is the bound on held-out TTFT and TPOT MAPE against the noiseless law; minTTFT,
+		// when set, is a lower bound instead (negative control).
+		maxMAPE, minTTFT float64
 	}{
-		{"full features, no noise", FeaturesFull, 0, 0.05},
-		{"full features, 5% noise", FeaturesFull, 0.05, 0.05},
+		{"full features, no noise", FeaturesFull, 0, 0.05, 0},
+		{"full features, 5% noise", FeaturesFull, 0.05, 0.05, 0},
+		// The client set lacks (1 − prefix)·input, so it cannot express the TTFT law.
+		{"negative control: client features miss the interaction", FeaturesClient, 0, 0, 0.05},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -93,7 +96,11 @@ func TestLearnsSyntheticLinearLaw(t *testing.T) {
 			}
 			ttftMAPE, tpotMAPE := ttftAPE/n, tpotAPE/n
 			t.Logf("seed=%d n=%d held-out MAPE: TTFT %.4f, TPOT %.4f", seed, n, ttftMAPE, tpotMAPE)
-			if ttftMAPE > tc.maxMAPE || tpotMAPE > tc.maxMAPE {
+			if tc.minTTFT > 0 {
+				if ttftMAPE < tc.minTTFT {
+					t.Errorf("seed=%d: TTFT MAPE %.4f, want ≥ %.2f (the features cannot express the law)", seed, ttftMAPE, tc.minTTFT)
+				}
+			} else if ttftMAPE > tc.maxMAPE || tpotMAPE > tc.maxMAPE {
 				t.Errorf("seed=%d: MAPE TTFT %.4f TPOT %.4f, want ≤ %.2f", seed, ttftMAPE, tpotMAPE, tc.maxMAPE)
 			}
 			if !m.Ready() {
