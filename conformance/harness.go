@@ -184,9 +184,16 @@ func StartHarness(ctx context.Context, cfg HarnessConfig) (s *Suite, err error) 
 	if err != nil {
 		return s, &HarnessError{Stage: "target", Err: err}
 	}
+	if cfg.Eppkit != "" {
+		log.Info("starting the latency predictor sidecar")
+		if s.predictor, err = startPredictorSidecar(fctx, cfg.Eppkit, cfg.LogDir, cfg.Timeouts.HarnessStart.D()); err != nil {
+			return s, &HarnessError{Stage: "predictor", Err: err}
+		}
+	}
 	env := TargetEnv{Eppkit: cfg.Eppkit, Endpoints: s.Source.Endpoints, GRPCPort: ports[0], HealthPort: ports[1],
 		MetricsPort: ports[2], Kubeconfig: s.Source.Kubeconfig, PoolName: s.Source.PoolName,
-		PoolNamespace: s.Source.PoolNamespace, ConfigFile: cfg.ConfigFile, LogDir: cfg.LogDir, Seed: cfg.Seed}
+		PoolNamespace: s.Source.PoolNamespace, ConfigFile: cfg.ConfigFile, LogDir: cfg.LogDir, Seed: cfg.Seed,
+		PredictorURL: s.PredictorURL()}
 	if env.ConfigFile != "" {
 		if abs, err := filepath.Abs(env.ConfigFile); err == nil {
 			env.ConfigFile = abs
@@ -283,6 +290,9 @@ func (s *Suite) Close() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		_ = s.source.Stop(ctx)
 		cancel()
+	}
+	if s.predictor != nil {
+		_ = s.predictor.Kill()
 	}
 	if s.Fleet != nil {
 		s.Fleet.Close()

@@ -59,6 +59,7 @@ type Suite struct {
 
 	target        Target
 	source        EndpointSource
+	predictor     *PredictorSidecar
 	targetStarted bool
 	sourceStarted bool
 }

@@ -41,6 +41,10 @@ type TargetEnv struct {
 	Seed int64
 	// LogDir is where a command target writes its log (target.log).
 	LogDir string
+	// PredictorURL is the base URL of the latency predictor sidecar the harness runs
+	// (`eppkit predictor`, upstream's sidecar API), "" when it runs none. The reference passes it
+	// as --predictor-url; the PredictedLatencyPredictorDown test kills it.
+	PredictorURL string
 }
 
 // TargetAddrs are where a started target listens.
@@ -74,7 +78,7 @@ type Target interface {
 const ReferenceCommand = `{{.Eppkit}} reference-epp --grpc-port {{.GRPCPort}} --grpc-health-port {{.HealthPort}} --metrics-port {{.MetricsPort}}` +
 	`{{if .Endpoints}} --endpoints {{.Endpoints}} --objectives ` + SheddableObjective + `=-1{{end}}` +
 	`{{if .Kubeconfig}} --kubeconfig {{.Kubeconfig}} --pool-name {{.PoolName}} --pool-namespace {{.PoolNamespace}}{{end}}` +
-	`{{if .ConfigFile}} --config-file {{.ConfigFile}}{{end}} --seed {{.Seed}}`
+	`{{if .ConfigFile}} --config-file {{.ConfigFile}}{{end}}{{if .PredictorURL}} --predictor-url {{.PredictorURL}}{{end}} --seed {{.Seed}}`
 
 // TargetOptions are the flags a target factory may use.
 type TargetOptions struct {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"strconv"
@@ -20,6 +21,8 @@ import (
 	"github.com/eppkit/eppkit/reference/discovery"
 	"github.com/eppkit/eppkit/reference/eppserver"
 	"github.com/eppkit/eppkit/reference/framework"
+	"github.com/eppkit/eppkit/reference/plugins"
+	"github.com/eppkit/eppkit/reference/plugins/latency"
 )
 
 func init() { subcommands = append(subcommands, newReferenceEPPCommand) }
@@ -46,6 +49,7 @@ type referenceEPPFlags struct {
 	seed           int64
 	logLevel       string
 	bindAddress    string
+	predictorURL   string
 }
 
 func newReferenceEPPCommand() *cobra.Command {
@@ -90,6 +94,7 @@ SIGINT/SIGTERM shut down gracefully.`,
 	fs.Int64Var(&f.seed, "seed", 0, "base seed of every random choice (pickers, exploration)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&f.bindAddress, "bind-address", "", "address the listeners bind to (default: all interfaces)")
+	fs.StringVar(&f.predictorURL, "predictor-url", "", "base URL of an upstream-compatible latency predictor (eppkit predictor) that every predicted-latency-producer without predictionServerURLs uses instead of the in-process model")
 	return cmd
 }
 
@@ -220,8 +225,16 @@ func runReferenceEPP(cmd *cobra.Command, f *referenceEPPFlags) error {
 		}
 		return net.JoinHostPort(f.bindAddress, strconv.Itoa(port))
 	}
+	var reg *framework.Registry
+	if f.predictorURL != "" {
+		if u, err := url.Parse(f.predictorURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("--predictor-url %q: want an absolute http(s) URL", f.predictorURL)
+		}
+		reg = framework.NewRegistry()
+		plugins.RegisterAllWithPredictor(reg, latency.SidecarPredictorFactory(f.predictorURL))
+	}
 	srv, err := eppserver.Start(ctx, eppserver.Options{
-		Config: cfg, Discovery: src, Collector: collector,
+		Config: cfg, Registry: reg, Discovery: src, Collector: collector,
 		GRPCAddr: addr(f.grpcPort), HealthAddr: addr(f.grpcHealthPort), MetricsAddr: addr(f.metricsPort),
 		TLS: tlsCfg, Seed: f.seed, Logger: logger,
 	})

@@ -31,13 +31,20 @@ import (
 // It panics when a type is already registered in reg: that is a programming error (register
 // into a fresh framework.NewRegistry()), never a consequence of user input.
 func RegisterAll(reg *framework.Registry) {
+	RegisterAllWithPredictor(reg, latency.DefaultPredictorFactory)
+}
+
+// RegisterAllWithPredictor is RegisterAll with the predictor factory of predicted-latency
+// producers chosen by the caller (for example latency.SidecarPredictorFactory for
+// `reference-epp --predictor-url`).
+func RegisterAllWithPredictor(reg *framework.Registry, newPredictor latency.PredictorFactory) {
 	for _, register := range []func(*framework.Registry) error{
 		prefix.Register,
 		scorers.Register,
 		filters.Register,
 		pickers.Register,
 		profiles.Register,
-		func(r *framework.Registry) error { return latency.Register(r, latency.DefaultPredictorFactory) },
+		func(r *framework.Registry) error { return latency.Register(r, newPredictor) },
 	} {
 		if err := register(reg); err != nil {
 			panic(err)

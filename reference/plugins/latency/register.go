@@ -51,6 +51,19 @@ func ProducerFactory(newPredictor PredictorFactory) framework.FactoryFunc {
 	}
 }
 
+// SidecarPredictorFactory returns a factory that gives every producer without its own
+// predictionServerURLs the HTTP client of the upstream-compatible predictor at url (prediction
+// and training on the same server, as `eppkit predictor` serves both); a producer with URLs of
+// its own keeps them. url must be an absolute http(s) URL.
+func SidecarPredictorFactory(url string) PredictorFactory {
+	return func(params ProducerParameters, h framework.Handle) (predictor.Predictor, error) {
+		if !params.UsesHTTP() {
+			params.PredictionServerURLs, params.TrainingServerURL = []string{url}, url
+		}
+		return DefaultPredictorFactory(params, h)
+	}
+}
+
 // DefaultPredictorFactory builds the predictor the reference EPP uses: the in-process model
 // (reference/predictor.Model, tuned by parameters.inProcess, on the handle's clock) unless
 // parameters.predictionServerURLs selects upstream-compatible HTTP servers.

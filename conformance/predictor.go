@@ -1,0 +1,146 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// PredictorSidecar is a latency predictor (`eppkit predictor`, the upstream sidecar API) that the
+// harness runs beside the target and hands to it as {{.PredictorURL}}, so a test can take it
+// away (StopPredictor) and check that the EPP keeps serving. The reference target uses it with
+// --predictor-url; other targets may ignore it. Its model needs 50 samples before it is ready,
+// like manifests/epp-configs/conformance.yaml's in-process one.
+type PredictorSidecar struct {
+	bin     string
+	port    int
+	logPath string
+
+	mu  sync.Mutex
+	cmd *exec.Cmd
+}
+
+// predictorArgs are the sidecar's flags after --port.
+var predictorArgs = []string{"--min-samples", "50", "--retrain-every", "50", "--retrain-interval", "1s"}
+
+// startPredictorSidecar starts `<eppkit> predictor` on a free port of 127.0.0.1 and waits for
+// GET /healthz; its output goes to <logDir>/predictor.log.
+func startPredictorSidecar(ctx context.Context, eppkit, logDir string, timeout time.Duration) (*PredictorSidecar, error) {
+	ports, err := FreePorts(1)
+	if err != nil {
+		return nil, err
+	}
+	if logDir == "" {
+		logDir = os.TempDir()
+	}
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		return nil, fmt.Errorf("predictor sidecar: %w", err)
+	}
+	p := &PredictorSidecar{bin: eppkit, port: ports[0], logPath: filepath.Join(logDir, "predictor.log")}
+	if err := p.Start(ctx, timeout); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// URL is the sidecar's base URL.
+func (p *PredictorSidecar) URL() string { return "http://127.0.0.1:" + strconv.Itoa(p.port) }
+
+// Running reports whether the sidecar process runs.
+func (p *PredictorSidecar) Running() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cmd != nil
+}
+
+// Start (re)starts the sidecar on its port and waits until GET /healthz answers 200 (at most
+// timeout). Starting a running sidecar is a no-op.
+func (p *PredictorSidecar) Start(ctx context.Context, timeout time.Duration) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != nil {
+		return nil
+	}
+	logf, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("predictor sidecar: %w", err)
+	}
+	args := append([]string{"predictor", "--port", strconv.Itoa(p.port)}, predictorArgs...)
+	cmd := exec.Command(p.bin, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		_ = logf.Close()
+		return fmt.Errorf("predictor sidecar: start %s: %w", p.bin, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait(); _ = logf.Close() }()
+	deadline := time.Now().Add(timeout)
+	client := &http.Client{Timeout: time.Second}
+	for {
+		select {
+		case err := <-exited:
+			return fmt.Errorf("predictor sidecar exited at start (%v); see %s", err, p.logPath)
+		default:
+		}
+		resp, err := client.Get(p.URL() + "/healthz")
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				p.cmd = cmd
+				go func() { <-exited }() // reap
+				return nil
+			}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			_ = cmd.Process.Kill()
+			return errors.Join(fmt.Errorf("predictor sidecar not healthy at %s within %s; see %s", p.URL(), timeout, p.logPath), err, ctx.Err())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Kill stops the sidecar at once (SIGKILL), as a crash would.
+func (p *PredictorSidecar) Kill() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return nil
+	}
+	err := p.cmd.Process.Kill()
+	p.cmd = nil
+	return err
+}
+
+// PredictorURL returns the base URL of the harness's predictor sidecar, "" when there is none.
+func (s *Suite) PredictorURL() string {
+	if s.predictor == nil {
+		return ""
+	}
+	return s.predictor.URL()
+}
+
+// StopPredictor kills the predictor sidecar the target was given ({{.PredictorURL}}) and starts
+// it again in t.Cleanup (with a fresh, untrained model). It returns false, doing nothing, when
+// the harness runs no sidecar.
+func (s *Suite) StopPredictor(t TestingT) bool {
+	t.Helper()
+	if s.predictor == nil {
+		return false
+	}
+	if err := s.predictor.Kill(); err != nil {
+		t.Fatalf("kill the predictor sidecar: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.predictor.Start(context.Background(), s.Timeouts.HarnessStart.D()); err != nil {
+			t.Errorf("restart the predictor sidecar: %v", err)
+		}
+	})
+	return true
+}
