@@ -88,6 +88,14 @@ type Config struct {
 	LeaseDuration time.Duration
 	// Logger receives one line per pod lifecycle step (default: discard).
 	Logger *slog.Logger
+	// NodeOnly registers the node and renews its lease but runs no pods: for a node whose pods'
+	// status someone else writes (conformance/apiserver's pool pods in `eppkit conformance
+	// --target cluster`), so the pod garbage collector and the node lifecycle controller leave
+	// them alone. Kubeconfig and StateDir are not needed then.
+	NodeOnly bool
+	// Taints are set on the node at registration (e.g. NoSchedule so the scheduler places no
+	// pods on a NodeOnly node).
+	Taints []corev1.Taint
 }
 
 // Kubelet runs the Pods bound to one node as processes. Create it with New, run it with Run.
@@ -108,10 +116,10 @@ func New(cfg Config) (*Kubelet, error) {
 	if cfg.Client == nil {
 		return nil, errors.New("kubelet: Client is required")
 	}
-	if cfg.Kubeconfig == "" {
+	if cfg.Kubeconfig == "" && !cfg.NodeOnly {
 		return nil, errors.New("kubelet: Kubeconfig is required (containers get it as KUBECONFIG)")
 	}
-	if cfg.StateDir == "" {
+	if cfg.StateDir == "" && !cfg.NodeOnly {
 		return nil, errors.New("kubelet: StateDir is required")
 	}
 	if cfg.NodeName == "" {
@@ -161,7 +169,9 @@ func (k *Kubelet) NodeName() string { return k.cfg.NodeName }
 // returns. Pods stay in the API server, like after a real kubelet stops. Processes left behind by
 // an earlier Run on the same StateDir (a crashed kubelet) are killed first.
 func (k *Kubelet) Run(ctx context.Context) error {
-	k.killStale()
+	if !k.cfg.NodeOnly {
+		k.killStale()
+	}
 	if err := k.registerNode(ctx); err != nil {
 		return err
 	}
@@ -170,6 +180,12 @@ func (k *Kubelet) Run(ctx context.Context) error {
 		defer k.wg.Done()
 		k.heartbeat(ctx)
 	}()
+	if k.cfg.NodeOnly {
+		k.log.Info("keeping node registered (runs no pods)", "node", k.cfg.NodeName)
+		<-ctx.Done()
+		k.wg.Wait()
+		return nil
+	}
 
 	factory := informers.NewSharedInformerFactoryWithOptions(k.cfg.Client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
@@ -284,7 +300,7 @@ func (k *Kubelet) registerNode(ctx context.Context) error {
 			"kubernetes.io/hostname": k.cfg.NodeName, "kubernetes.io/os": runtime.GOOS,
 			"kubernetes.io/arch": runtime.GOARCH, "eppkit.io/process-kubelet": "true",
 		}},
-		Spec: corev1.NodeSpec{PodCIDR: k.cfg.PodCIDR, PodCIDRs: []string{k.cfg.PodCIDR}},
+		Spec: corev1.NodeSpec{PodCIDR: k.cfg.PodCIDR, PodCIDRs: []string{k.cfg.PodCIDR}, Taints: k.cfg.Taints},
 	}
 	created, err := nodes.Create(ctx, node, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
