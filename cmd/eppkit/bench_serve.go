@@ -334,6 +334,10 @@ func runServingBench(cmd *cobra.Command, f *singleFlags) error {
 	bench.PrintEndpoints(stdout, res)
 	fmt.Fprintf(stdout, "\noracle bound: mean TTFT ≥ %.1f ms (cached %.0f%% of prompt tokens); measured mean %.1f ms = %.2fx the bound\n",
 		res.Oracle.MeanTTFTMs, 100*res.Oracle.CachedTokenFraction, res.Overall.TTFT.Mean, res.OracleRatio)
+	if res.EngineTTFTMs >= 0 {
+		fmt.Fprintf(stdout, "the fakes' own mean TTFT %.1f ms (queue wait %.1f ms): %.1f ms of the mean TTFT is spent outside them (client, gateway, EPP, scheduling)\n",
+			res.EngineTTFTMs, res.EngineQueueMs, res.Overall.TTFT.Mean-res.EngineTTFTMs)
+	}
 	fmt.Fprintf(stdout, "load average: %s before, %s after\n", res.LoadAvgStart, res.LoadAvgEnd)
 	files, err := bench.WriteOutputs(outDir, []*bench.Result{res}, -1)
 	if err != nil {

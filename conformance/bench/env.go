@@ -117,7 +117,9 @@ func StartEnv(ctx context.Context, cfg EnvConfig) (*Env, error) {
 			c.KVCacheSize = cfg.KVCacheSize
 			c.MaxModelLen = cfg.MaxModelLen
 			c.MaxWaitingQueueLength = 10000
-			c.GaugeOnly = true
+			// Histograms stay on: the fakes' own TTFT and queue-time histograms split the
+			// client's TTFT into engine time and time outside the engines.
+			c.GaugeOnly = false
 			c.MaxRequestBodySizeMB = 64
 			// Every endpoint serves every adapter (max-loras of them at once), so a LoRA request
 			// can go anywhere and affinity only saves adapter slots.

@@ -23,6 +23,8 @@ const (
 	metricPrefixQuery  = "vllm:prefix_cache_queries_total"
 	metricPrefixHits   = "vllm:prefix_cache_hits_total"
 	metricKVCacheUsage = "vllm:kv_cache_usage_perc"
+	metricTTFT         = "vllm:time_to_first_token_seconds"
+	metricQueueTime    = "vllm:request_queue_time_seconds"
 )
 
 // EndpointSample is one scrape of one endpoint's /metrics.
@@ -35,6 +37,12 @@ type EndpointSample struct {
 	// PrefixQueries and PrefixHits are the prefix cache counters (tokens).
 	PrefixQueries float64 `json:"prefix_queries"`
 	PrefixHits    float64 `json:"prefix_hits"`
+	// TTFTSum and TTFTCount are the endpoint's own TTFT histogram (vllm:time_to_first_token_seconds:
+	// queue wait + prefill in its engine, s), QueueSum its queue-time histogram's sum (s); they are
+	// 0 when the fake runs gauge-only.
+	TTFTSum   float64 `json:"ttft_sum"`
+	TTFTCount float64 `json:"ttft_count"`
+	QueueSum  float64 `json:"queue_sum"`
 	// OK is false when the scrape failed.
 	OK bool `json:"ok"`
 }
@@ -64,6 +72,7 @@ type Monitor struct {
 
 	mu      sync.Mutex
 	samples []Sample
+	start   time.Time
 	cancel  context.CancelFunc
 	done    chan struct{}
 	client  *http.Client
@@ -75,6 +84,7 @@ func (m *Monitor) Start(ctx context.Context, start time.Time) {
 		m.Interval = 500 * time.Millisecond
 	}
 	m.client = &http.Client{Timeout: 2 * time.Second}
+	m.start = start
 	ctx, m.cancel = context.WithCancel(ctx)
 	m.done = make(chan struct{})
 	go func() {
@@ -99,6 +109,8 @@ func (m *Monitor) Stop() []Sample {
 	}
 	m.cancel()
 	<-m.done
+	// A last sample after every request ended, so counters and histograms cover them all.
+	m.sample(context.Background(), m.start)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.samples
@@ -157,8 +169,24 @@ func scrape(ctx context.Context, c *http.Client, url string) EndpointSample {
 		}
 		return v
 	}
-	return EndpointSample{Waiting: sum(metricWaiting), Running: sum(metricRunning), KV: sum(metricKVCacheUsage),
+	hist := func(name string) (sum, count float64) {
+		f := fams[name]
+		if f == nil {
+			return 0, 0
+		}
+		for _, m := range f.GetMetric() {
+			if h := m.GetHistogram(); h != nil {
+				sum += h.GetSampleSum()
+				count += float64(h.GetSampleCount())
+			}
+		}
+		return sum, count
+	}
+	es := EndpointSample{Waiting: sum(metricWaiting), Running: sum(metricRunning), KV: sum(metricKVCacheUsage),
 		PrefixQueries: sum(metricPrefixQuery), PrefixHits: sum(metricPrefixHits), OK: true}
+	es.TTFTSum, es.TTFTCount = hist(metricTTFT)
+	es.QueueSum, _ = hist(metricQueueTime)
+	return es
 }
 
 func value(m *dto.Metric) float64 {

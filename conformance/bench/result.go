@@ -150,6 +150,12 @@ type StepResult struct {
 	// the step's mean TTFT ÷ it.
 	OracleMeanTTFTMs float64 `json:"oracle_mean_ttft_ms"`
 	OracleRatio      float64 `json:"oracle_ratio"`
+	// EngineTTFTMs and EngineQueueMs are the endpoints' own mean TTFT (engine queue wait +
+	// prefill) and queue wait over the requests they finished between the window's first and
+	// last samples (ms, -1 when unknown); the client's mean TTFT minus EngineTTFTMs is time spent
+	// outside the fakes' engines: client, gateway, EPP and the machine's scheduling.
+	EngineTTFTMs  float64 `json:"engine_ttft_ms"`
+	EngineQueueMs float64 `json:"engine_queue_ms"`
 }
 
 // EndpointRow is one line of the per-endpoint table.
@@ -182,6 +188,10 @@ type Result struct {
 	// Oracle is the TTFT lower bound for this run's requests; OracleRatio is mean TTFT ÷ its mean.
 	Oracle      *Oracle `json:"oracle,omitempty"`
 	OracleRatio float64 `json:"oracle_ratio,omitempty"`
+	// EngineTTFTMs and EngineQueueMs are the endpoints' own mean TTFT and queue wait over the run
+	// (ms, -1 when unknown); see StepResult.
+	EngineTTFTMs  float64 `json:"engine_ttft_ms"`
+	EngineQueueMs float64 `json:"engine_queue_ms"`
 	// LoadAvgStart and LoadAvgEnd are /proc/loadavg (1, 5, 15 min) before and after.
 	LoadAvgStart string    `json:"load_avg_start"`
 	LoadAvgEnd   string    `json:"load_avg_end"`
@@ -219,12 +229,46 @@ func BuildResult(target string, spec Spec, steps []Step, load *Load, percentiles
 			}
 		}
 		sr.MedianQueue = Percentile(q, 50)
+		sr.EngineTTFTMs, sr.EngineQueueMs = engineMeans(load.Samples, lo, hi)
 		sr.Sustained = sr.Metrics.Failed == 0 && sr.MedianQueue <= MaxSustainedMedianQueue
 		r.Steps = append(r.Steps, sr)
 		start += st.Duration
 	}
 	r.Endpoints = endpointRows(load)
+	r.EngineTTFTMs, r.EngineQueueMs = engineMeans(load.Samples, math.Inf(-1), math.Inf(1))
 	return r
+}
+
+// engineMeans is the endpoints' mean TTFT and queue wait (ms) from their histograms' growth between
+// the first and last samples inside [lo, hi] ms, or -1, -1 when nothing was observed.
+func engineMeans(samples []Sample, lo, hi float64) (ttft, queue float64) {
+	var a, b *Sample
+	for i := range samples {
+		if samples[i].AtMs < lo || samples[i].AtMs > hi {
+			continue
+		}
+		if a == nil {
+			a = &samples[i]
+		}
+		b = &samples[i]
+	}
+	if a == nil || a == b {
+		return -1, -1
+	}
+	var sum, qsum, count float64
+	for n, eb := range b.Endpoints {
+		ea, ok := a.Endpoints[n]
+		if !ok || !ea.OK || !eb.OK {
+			continue
+		}
+		sum += eb.TTFTSum - ea.TTFTSum
+		qsum += eb.QueueSum - ea.QueueSum
+		count += eb.TTFTCount - ea.TTFTCount
+	}
+	if count <= 0 {
+		return -1, -1
+	}
+	return 1000 * sum / count, 1000 * qsum / count
 }
 
 // cpuPercent is the machine's busy share, and this process's share, between the first and last
@@ -402,11 +446,11 @@ func center(s string, c rune) string {
 // PrintSteps writes the ladder table: rate, completed/failed, throughput, TTFT, CPU, queue.
 func PrintSteps(w io.Writer, r *Result) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "step\trate (req/s)\tok\tfailed\treq/s\toutput tok/s\tmean TTFT (ms)\tp90 TTFT (ms)\tcached\tCPU %\town CPU %\tmedian queue\tvalid\tsustained\t")
+	fmt.Fprintln(tw, "step\trate (req/s)\tok\tfailed\treq/s\toutput tok/s\tmean TTFT (ms)\tp90 TTFT (ms)\tfake TTFT (ms)\tcached\tCPU %\town CPU %\tmedian queue\tvalid\tsustained\t")
 	for _, s := range r.Steps {
 		m := s.Metrics
-		fmt.Fprintf(tw, "%d\t%.2f\t%d\t%d\t%.2f\t%.1f\t%.1f\t%.1f\t%.0f%%\t%s\t%s\t%.1f\t%v\t%v\t\n", s.Index, s.Rate, m.Completed, m.Failed,
-			m.RequestThroughput, m.OutputThroughput, m.TTFT.Mean, m.TTFT.Percentiles["p90"], 100*m.CachedTokenFraction,
+		fmt.Fprintf(tw, "%d\t%.2f\t%d\t%d\t%.2f\t%.1f\t%.1f\t%.1f\t%s\t%.0f%%\t%s\t%s\t%.1f\t%v\t%v\t\n", s.Index, s.Rate, m.Completed, m.Failed,
+			m.RequestThroughput, m.OutputThroughput, m.TTFT.Mean, m.TTFT.Percentiles["p90"], msString(s.EngineTTFTMs), 100*m.CachedTokenFraction,
 			cpuString(s.CPUPercent), cpuString(s.SelfCPUPercent), s.MedianQueue, yesNo(s.Valid), yesNo(s.Sustained))
 	}
 	_ = tw.Flush()
@@ -421,6 +465,13 @@ func PrintEndpoints(w io.Writer, r *Result) {
 			100*e.CachedTokenFraction, 100*e.EngineHitRate, e.MeanTTFTMs, e.MedianWaiting, e.MaxWaiting)
 	}
 	_ = tw.Flush()
+}
+
+func msString(v float64) string {
+	if v < 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.1f", v)
 }
 
 func cpuString(c float64) string {

@@ -52,6 +52,11 @@ func TestRunRoundRobinEndToEnd(t *testing.T) {
 	if r.Oracle == nil || r.OracleRatio < 1 {
 		t.Fatalf("oracle %+v ratio %v: measured mean TTFT must not beat the lower bound", r.Oracle, r.OracleRatio)
 	}
+	// The fakes' own TTFT histograms cover every request (a last sample follows the run), and an
+	// engine's TTFT never exceeds what the client saw.
+	if r.EngineTTFTMs < 30 || r.EngineTTFTMs > r.Overall.TTFT.Mean+0.5 {
+		t.Fatalf("engine mean TTFT %.1f ms, client mean %.1f ms: want 30 ≤ engine ≤ client", r.EngineTTFTMs, r.Overall.TTFT.Mean)
+	}
 	if len(r.Samples) < 2 {
 		t.Fatalf("%d monitor samples", len(r.Samples))
 	}
