@@ -142,6 +142,11 @@ func runReferenceEPP(cmd *cobra.Command, f *referenceEPPFlags) error {
 	if f.grpcPort == 0 {
 		return errors.New("--grpc-port: must be set (1–65535)")
 	}
+	if f.predictorURL != "" {
+		if u, err := url.Parse(f.predictorURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("--predictor-url %q: want an absolute http(s) URL", f.predictorURL)
+		}
+	}
 	if f.staleThreshold < f.refreshMetrics {
 		// Metrics are at best one interval old when read; a shorter threshold marks every
 		// endpoint stale forever.
@@ -227,9 +232,6 @@ func runReferenceEPP(cmd *cobra.Command, f *referenceEPPFlags) error {
 	}
 	var reg *framework.Registry
 	if f.predictorURL != "" {
-		if u, err := url.Parse(f.predictorURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("--predictor-url %q: want an absolute http(s) URL", f.predictorURL)
-		}
 		reg = framework.NewRegistry()
 		plugins.RegisterAllWithPredictor(reg, latency.SidecarPredictorFactory(f.predictorURL))
 	}

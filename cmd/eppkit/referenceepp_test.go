@@ -44,6 +44,7 @@ func TestReferenceEPPStartupErrors(t *testing.T) {
 		{[]string{"--endpoints", "127.0.0.1:18000", "--log-level", "loud"}, []string{"--log-level"}},
 		{[]string{"--endpoints", "127.0.0.1:18000", "--cert-path", "/tmp"}, []string{"--cert-path"}},
 		{[]string{"--endpoints", "127.0.0.1:18000", "--objectives", "batch=low"}, []string{"--objectives"}},
+		{[]string{"--endpoints", "127.0.0.1:18000", "--predictor-url", "localhost:8000"}, []string{"--predictor-url"}},
 		{[]string{"--endpoints", "127.0.0.1:18000", "--stale-threshold", "10ms", "--refresh-metrics-interval", "50ms"},
 			[]string{"--stale-threshold must be ≥ --refresh-metrics-interval"}},
 	}
