@@ -141,6 +141,9 @@ func TestClientTrainingSplitLayoutAndRetry(t *testing.T) {
 	var lens []int
 	for _, e := range got {
 		lens = append(lens, e.InputTokenLength)
+		if e.Timestamp.IsZero() {
+			t.Errorf("entry %d reached the training server without a timestamp", e.InputTokenLength)
+		}
 	}
 	if diff := cmp.Diff([]int{1, 2, 3}, lens); diff != "" {
 		t.Fatalf("training server received (-want +got):\n%s", diff)

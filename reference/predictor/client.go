@@ -252,7 +252,8 @@ func (c *Client) PredictBulk(ctx context.Context, reqs []PredictionRequest) ([]P
 }
 
 // AddTrainingData validates the entries (an invalid one refuses the batch, naming index and
-// field), buffers them and starts a background send if none is running. It does not wait for
+// field), stamps a zero Timestamp with the clock's now, buffers them and starts a background send
+// if none is running. It does not wait for
 // the network; send errors are kept for TrainingStats.
 func (c *Client) AddTrainingData(_ context.Context, entries []TrainingEntry) error {
 	for i := range entries {
@@ -262,7 +263,14 @@ func (c *Client) AddTrainingData(_ context.Context, entries []TrainingEntry) err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	start := len(c.buf)
 	c.buf = append(c.buf, entries...)
+	// Upstream's training server reads "timestamp" as the sample's time; stamp unset ones now.
+	for i := start; i < len(c.buf); i++ {
+		if c.buf[i].Timestamp.IsZero() {
+			c.buf[i].Timestamp = c.cfg.Clock.Now()
+		}
+	}
 	if over := len(c.buf) - c.cfg.MaxTrainingBuffer; over > 0 {
 		c.buf = append(c.buf[:0], c.buf[over:]...)
 		c.dropped += over
