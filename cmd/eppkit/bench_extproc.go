@@ -269,9 +269,6 @@ func runExtprocBench(ctx context.Context, o extprocBenchOptions) (*extprocBenchR
 		}
 	}
 	// Warm-up, then measure for Duration.
-	start := time.Now()
-	measureAt := start.Add(o.Warmup)
-	end := measureAt.Add(o.Duration)
 	startMeasuring := func() {
 		r.cpuMu.Lock()
 		defer r.cpuMu.Unlock()
@@ -282,8 +279,13 @@ func runExtprocBench(ctx context.Context, o extprocBenchOptions) (*extprocBenchR
 		r.measure.Store(true)
 	}
 	if o.Warmup == 0 {
+		// Before the window is computed, so reading /proc does not shorten it.
 		startMeasuring()
-	} else {
+	}
+	start := time.Now()
+	measureAt := start.Add(o.Warmup)
+	end := measureAt.Add(o.Duration)
+	if o.Warmup > 0 {
 		go func() {
 			select {
 			case <-time.After(time.Until(measureAt)):

@@ -19,6 +19,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
 	"github.com/eppkit/eppkit/conformance/apiserver"
 	"github.com/eppkit/eppkit/fakes/vllm"
 	"github.com/eppkit/eppkit/internal/toolcache"
@@ -371,6 +374,7 @@ func runMatrix(ctx context.Context, w io.Writer, m matrixOptions) (*matrixReport
 		for _, target := range m.Targets {
 			if target == matrixTargetUpstream && cp == nil {
 				fmt.Fprintf(w, "starting kube-apiserver + etcd for the upstream EPP's InferencePool discovery…\n")
+				ctrllog.SetLogger(logr.Discard()) // envtest's client logs through it; nothing to say here
 				cp, err = apiserver.StartControlPlane(ctx, apiserver.ControlPlaneOptions{Dir: filepath.Join(m.LogDir, "apiserver"), KeepDir: true})
 				if err != nil {
 					fleet.Close()
