@@ -22,6 +22,9 @@ import (
 // EPPKIT_CLUSTER_NAME (default eppkit-conformance), EPPKIT_CLUSTER_MANIFESTS (a directory of
 // the EPP's own YAML, templated with the target's fields; default: manifests/k8s's reference EPP),
 // EPPKIT_KEEP_CLUSTER=true (keep cluster and namespace).
+// ClusterTargetPodCIDR is the local cluster's pod range for --target cluster.
+const ClusterTargetPodCIDR = "198.18.1.0/24"
+
 var (
 	clusterRunOnce sync.Once
 	clusterRun     *clustertarget.Run
@@ -48,7 +51,8 @@ func sharedClusterRun() (*clustertarget.Run, error) {
 			return
 		}
 		logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-		p, err := local.New(local.Options{Name: name, Eppkit: self, Logger: logger})
+		// Its own pod CIDR, so it can run while suites/e2e has the default one.
+		p, err := local.New(local.Options{Name: name, Eppkit: self, PodCIDR: ClusterTargetPodCIDR, Logger: logger})
 		if err != nil {
 			clusterRunErr = err
 			return

@@ -226,6 +226,30 @@ func (s *source) SetReady(ctx context.Context, addr string, ready bool) error {
 	return pool.SetReady(ctx, addr, ready)
 }
 
+var _ conformance.PoolEditor = (*source)(nil)
+
+func (s *source) env() *apiserver.Env {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pool
+}
+
+// RemoveEndpoint implements conformance.PoolEditor (EndpointChurn): the member's Pod is deleted.
+func (s *source) RemoveEndpoint(ctx context.Context, addr string) error {
+	if pool := s.env(); pool != nil {
+		return pool.DeletePod(ctx, addr)
+	}
+	return errors.New("cluster endpoint source: RemoveEndpoint before Start")
+}
+
+// AddEndpoint implements conformance.PoolEditor: a Ready Pod with addr's IP joins the pool.
+func (s *source) AddEndpoint(ctx context.Context, addr string) error {
+	if pool := s.env(); pool != nil {
+		return pool.AddPod(ctx, addr)
+	}
+	return errors.New("cluster endpoint source: AddEndpoint before Start")
+}
+
 // Stop implements conformance.EndpointSource: it deletes the namespace and the external node
 // and destroys the cluster, unless KeepCluster.
 func (s *source) Stop(ctx context.Context) error {
