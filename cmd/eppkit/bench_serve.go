@@ -240,6 +240,7 @@ func splitList(s string) []string {
 type singleFlags struct {
 	serveFlags
 	target, command, address, healthAddress, configFile, source string
+	fleetPort                                                   int
 }
 
 // setupServingBench makes `eppkit bench` (no subcommand) the serving benchmark of one target.
@@ -254,7 +255,8 @@ plots go to --output-dir.
 
 Targets: reference (this binary's reference-epp; --config-file picks an EndpointPickerConfig),
 round-robin (the gateway without an EPP), command (--command template, as in eppkit conformance),
-address (an EPP already running at --address, told the fleet's addresses in advance is up to you).`
+address (an EPP already running at --address; start it with the pool 127.0.10.1..N:P and pass
+--fleet-port P).`
 	cmd.Example = `  eppkit bench --target reference --workload shared-prefix --duration 20s
   eppkit bench --target round-robin --workload shared-prefix --rate 4,8,12 --duration 60s
   eppkit bench compare --workload shared-prefix --duration 60s`
@@ -266,6 +268,7 @@ address (an EPP already running at --address, told the fleet's addresses in adva
 	fl.StringVar(&f.healthAddress, "health-address", "", "address target: its gRPC health host:port (default --address)")
 	fl.StringVar(&f.configFile, "config-file", "", "EndpointPickerConfig for the target ({{.ConfigFile}})")
 	fl.StringVar(&f.source, "endpoint-source", "static", "how the target learns the pool: static or apiserver")
+	fl.IntVar(&f.fleetPort, "fleet-port", 0, "port of every fake endpoint (127.0.10.1..N); 0 picks a free one. Give it for --target address so the EPP can be told the pool in advance")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if f.target == "" {
 			return cmd.Help()
@@ -298,6 +301,10 @@ func runServingBench(cmd *cobra.Command, f *singleFlags) error {
 		return badFlags("--config-file: the round-robin target has no EPP to configure")
 	}
 	rc.Env.Name = name
+	if f.fleetPort < 0 || f.fleetPort > 65535 {
+		return badFlags("--fleet-port must be in 0–65535, got %d", f.fleetPort)
+	}
+	rc.Env.FleetPort = f.fleetPort
 	if rc.Env.Eppkit, err = os.Executable(); err != nil {
 		return err
 	}

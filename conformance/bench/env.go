@@ -77,6 +77,9 @@ type EnvConfig struct {
 	Seed int64
 	// FleetSize, KVCacheSize (blocks per endpoint) and MaxModelLen default to the Default* constants.
 	FleetSize, KVCacheSize, MaxModelLen int
+	// FleetPort is the port every endpoint listens on (0 = a free one), so an EPP started outside
+	// (the address target) can be told 127.0.10.1..N:FleetPort in advance.
+	FleetPort int
 	// Logger receives harness progress; nil discards.
 	Logger *slog.Logger
 }
@@ -111,7 +114,7 @@ func StartEnv(ctx context.Context, cfg EnvConfig) (*Env, error) {
 	}
 	adapters := AdapterNames(cfg.FleetSize)
 	hc := conformance.HarnessConfig{Target: cfg.Target, Source: cfg.Source, Eppkit: cfg.Eppkit, ConfigFile: cfg.ConfigFile,
-		LogDir: cfg.LogDir, Seed: cfg.Seed, FleetSize: cfg.FleetSize, Logger: cfg.Logger, NoTarget: cfg.Target == nil,
+		LogDir: cfg.LogDir, Seed: cfg.Seed, FleetSize: cfg.FleetSize, FleetPort: cfg.FleetPort, Logger: cfg.Logger, NoTarget: cfg.Target == nil,
 		FleetOverride: func(i int, c *vllm.Config) {
 			FrozenProfile(c)
 			c.KVCacheSize = cfg.KVCacheSize

@@ -49,6 +49,9 @@ const (
 	WorkloadShareGPT         = "sharegpt"
 )
 
+// maxDistinctTokens bounds the text a generator keeps in memory (about 7 bytes per token).
+const maxDistinctTokens = 50_000_000
+
 // WorkloadNames lists the generators, in documentation order.
 var WorkloadNames = []string{WorkloadRandom, WorkloadSharedPrefix, WorkloadPrefixRepetition, WorkloadMultiLoRA, WorkloadShareGPT}
 
@@ -166,11 +169,21 @@ func (s Spec) Validate() error {
 			return fmt.Errorf("workload %s: adapters must not be empty", s.Name)
 		}
 	case WorkloadSharedPrefix:
-		return errors.Join(pos("groups", s.Groups), pos("prompts_per_group", s.PromptsPerGroup),
-			pos("system_prompt_len", s.SystemPromptLen), pos("question_len", s.QuestionLen), pos("output_len", s.OutputLen))
+		if err := errors.Join(pos("groups", s.Groups), pos("prompts_per_group", s.PromptsPerGroup),
+			pos("system_prompt_len", s.SystemPromptLen), pos("question_len", s.QuestionLen), pos("output_len", s.OutputLen)); err != nil {
+			return err
+		}
+		if t := int64(s.Groups) * (int64(s.SystemPromptLen) + int64(s.PromptsPerGroup)*int64(s.QuestionLen)); t > maxDistinctTokens {
+			return fmt.Errorf("workload %s: groups × (system_prompt_len + prompts_per_group × question_len) = %d tokens, more than %d", s.Name, t, maxDistinctTokens)
+		}
 	case WorkloadPrefixRepetition:
-		return errors.Join(pos("num_prefixes", s.NumPrefixes), pos("prefix_len", s.PrefixLen),
-			pos("suffix_len", s.SuffixLen), pos("output_len", s.OutputLen))
+		if err := errors.Join(pos("num_prefixes", s.NumPrefixes), pos("prefix_len", s.PrefixLen),
+			pos("suffix_len", s.SuffixLen), pos("output_len", s.OutputLen)); err != nil {
+			return err
+		}
+		if t := int64(s.NumPrefixes) * int64(s.PrefixLen); t > maxDistinctTokens {
+			return fmt.Errorf("workload %s: num_prefixes × prefix_len = %d tokens, more than %d", s.Name, t, maxDistinctTokens)
+		}
 	case WorkloadShareGPT:
 		if s.Path == "" {
 			return fmt.Errorf("workload %s: path (a local ShareGPT-layout JSON file) is required", s.Name)

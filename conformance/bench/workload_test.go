@@ -170,6 +170,8 @@ func TestSpecValidateNamesTheField(t *testing.T) {
 		{Spec{Name: WorkloadPrefixRepetition, NumPrefixes: 1, PrefixLen: 1, SuffixLen: 0, OutputLen: 1}, "suffix_len"},
 		{Spec{Name: WorkloadMultiLoRA, InputLen: 1, OutputLen: 1}, "adapters"},
 		{Spec{Name: WorkloadShareGPT, MaxOutputLen: 1}, "path"},
+		{Spec{Name: WorkloadSharedPrefix, Groups: 1 << 20, PromptsPerGroup: 1 << 20, SystemPromptLen: 1, QuestionLen: 1, OutputLen: 1}, "more than"},
+		{Spec{Name: WorkloadPrefixRepetition, NumPrefixes: 1 << 20, PrefixLen: 1 << 20, SuffixLen: 1, OutputLen: 1}, "more than"},
 	} {
 		err := tc.spec.Validate()
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
