@@ -194,6 +194,9 @@ var progressRE = regexp.MustCompile(`^(PASS|FAIL|SKIP)\s+([^/\s]+)/(\S+) \(`)
 // blackBoxRun runs `eppkit conformance` (this binary) against the reference with m active.
 func blackBoxRun(out io.Writer, self string, f mutantsFlags, seed int64, m mutant.Mutant, source string) matrixRun {
 	name := runName(m)
+	if m.Name == "" {
+		name += "-" + source
+	}
 	logDir := filepath.Join(f.logDir, name)
 	args := []string{"conformance", "--target", "reference", "--endpoint-source", source, "--profiles", "all", "--all-features",
 		"--seed", fmt.Sprint(seed), "--log-dir", logDir}

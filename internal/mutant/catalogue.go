@@ -111,7 +111,7 @@ var catalogue = []Mutant{
 		Where: "reference/director StatusFor: ErrBadRequest maps to 500", Kind: BlackBox, Target: "OpenAIBadRequest400"},
 	{Name: PluginStateScoreOnly, Breaks: "the prefix producer writes its plugin state in PrepareData, so the pick is indexed without a prefix scorer (GIE PR #2005, SPEC §1)",
 		Where: "reference/plugins/prefix Producer.PrepareRequestData: no plugin-state write", Kind: WhiteBox, Suite: "pluginstate",
-		Target: "the producer is approx-prefix-cache-producer and the only profile has no prefix scorer"},
+		Target: "the only profile has no prefix scorer should hold: PreRequest indexes the pick"},
 	{Name: DAGMapOrder, Breaks: "independent PrepareData plugins run in name order, the same on every start (SPEC §1.1, eppkit)",
 		Where: "reference/framework dag sortNodes: map iteration order", Kind: WhiteBox, Suite: "dag",
 		Target: "should sort them identically, by name then type, on every start"},
