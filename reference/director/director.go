@@ -24,6 +24,7 @@ import (
 
 	"k8s.io/utils/clock"
 
+	"github.com/eppkit/eppkit/internal/mutant"
 	"github.com/eppkit/eppkit/reference/framework"
 )
 
@@ -218,6 +219,9 @@ func (d *Director) HandleRequest(ctx context.Context, in *Input) (res *Result, e
 	if headers == nil {
 		headers = map[string]string{}
 	}
+	if mutant.Enabled && mutant.On(mutant.SLOIgnored) {
+		headers = mutantWithoutSLO(headers)
+	}
 	res = &Result{}
 
 	var parsed *ParsedBody
@@ -243,6 +247,9 @@ func (d *Director) HandleRequest(ctx context.Context, in *Input) (res *Result, e
 		}
 	}
 	req.TargetModel = headers[HeaderModelNameRewrite]
+	if mutant.Enabled && mutant.On(mutant.ModelRewriteIgnored) {
+		req.TargetModel = ""
+	}
 	if parsed != nil {
 		req.Body = parsed.Body
 		res.IncomingModel = parsed.Model
@@ -266,7 +273,9 @@ func (d *Director) HandleRequest(ctx context.Context, in *Input) (res *Result, e
 		if len(in.Subset.Endpoints) == 0 {
 			return nil, fmt.Errorf("the subset hint is present but empty: %w", framework.ErrNoEndpoints)
 		}
-		mds, keys = filterBySubset(mds, keys, in.Subset.Endpoints)
+		if !(mutant.Enabled && mutant.On(mutant.SubsetIgnored)) {
+			mds, keys = filterBySubset(mds, keys, in.Subset.Endpoints)
+		}
 		if len(mds) == 0 {
 			return nil, fmt.Errorf("no ready endpoint matches the subset hint %v: %w", in.Subset.Endpoints, framework.ErrNoEndpoints)
 		}
@@ -290,7 +299,7 @@ func (d *Director) HandleRequest(ctx context.Context, in *Input) (res *Result, e
 	}
 	candidates := framework.NewEndpoints(mds, keys, ms)
 
-	if req.Priority < 0 && d.Saturated(candidates) {
+	if (req.Priority < 0 || (mutant.Enabled && mutant.On(mutant.CriticalShed))) && d.Saturated(candidates) {
 		return nil, fmt.Errorf("sheddable request (objective %q, priority %d) refused: the pool is saturated: %w",
 			req.Objective, req.Priority, framework.ErrShed)
 	}
@@ -346,7 +355,7 @@ func (d *Director) Saturated(candidates []*framework.Endpoint) bool {
 // dropStale removes the candidates the metrics source called stale (stale[i] for candidates[i],
 // read with their metrics), unless all are [eppkit].
 func (d *Director) dropStale(candidates []*framework.Endpoint, stale []bool) []*framework.Endpoint {
-	if d.metrics == nil {
+	if d.metrics == nil || (mutant.Enabled && mutant.On(mutant.StaleEndpointKept)) {
 		return candidates
 	}
 	n := 0
