@@ -74,8 +74,9 @@ INTEROP_OUT      ?= reports/interop
 INTEROP_EXPECT   := reports/interop/expected-failures
 INTEROP_FEATURES ?= OpenAIRequestParsing,PrefixCacheAffinity,QueueAwareness,KVCacheAwareness,LoRAAffinity
 INTEROP_FLAGS    ?=
+INTEROP_FLAGS_PREDICTOR ?=
 INTEROP_RUNS     := interop-upstream-epp-v1.5.0 interop-upstream-epp-v1.5.0-tls interop-upstream-epp-v1.5.0-lora \
-	interop-upstream-epp-v1.5.0-usage-crash interop-lwepp-v1.6.0
+	interop-upstream-epp-v1.5.0-usage-crash interop-lwepp-v1.6.0 interop-predictor-parity
 GIE_URL          := https://github.com/kubernetes-sigs/gateway-api-inference-extension
 GIE_IMPL         := --organization kubernetes-sigs --url $(GIE_URL) --contact $(GIE_URL)/issues
 # The upstream EPP v1.5.0 reads its kubeconfig from $$KUBECONFIG (controller-runtime's GetConfig;
@@ -135,6 +136,13 @@ interop-upstream-epp-v1.5.0-usage-crash: interop-tools
 interop-lwepp-v1.6.0: interop-tools
 	$(call interop_run,lwepp-v1.6.0,$(LWEPP),--project lwepp --version v1.6.0 --profiles all \
 		--supported-features $(INTEROP_FEATURES) --readiness-probe headers-only)
+
+# (4) predictor parity: the upstream EPP v1.5.0 with its predicted-latency plugins
+# (manifests/epp-configs/upstream-v1.5.0-predicted-latency.yaml) and PREDICTION_SERVER_URL /
+# TRAINING_SERVER_URL pointing at `eppkit predictor` gets predictions from the trained model.
+interop-predictor-parity: interop-tools
+	@mkdir -p $(INTEROP_OUT)/predictor-parity
+	./bin/eppkit interop predictor-parity --report $(INTEROP_OUT)/predictor-parity/summary.md $(INTEROP_FLAGS_PREDICTOR)
 
 ## conformance-upstream: the upstream EPP v1.5.0 run of make interop alone (reports in
 # reports/interop/upstream-epp-v1.5.0/); exits 0 when it fails exactly its explained tests.
