@@ -733,5 +733,7 @@ func (p *Provider) Destroy(context.Context) error {
 	if err := os.RemoveAll(p.opts.StateDir); err != nil {
 		return fmt.Errorf("local provider: remove %s: %w", p.opts.StateDir, err)
 	}
+	// The lock file goes too (this process holds the lock until it exits).
+	_ = os.Remove(p.opts.StateDir + ".lock")
 	return nil
 }
