@@ -16,13 +16,21 @@ const DefaultLRUCapacityPerServer = 31250
 // endpoint (identified by Endpoint.Key(), "ip:port") an LRU of block hashes, and a reverse map
 // hash → endpoints that the LRUs' eviction callbacks keep equal to the union of the LRUs.
 // Indexing is synchronous: when Add returns, Match sees the hashes. Safe for concurrent use.
+//
+// Inside, endpoints are small integer ids and the reverse map holds a short list of ids per hash
+// (one small pointer-free allocation, not a map per hash): a request adds one entry per block, and
+// the index holds up to capacity × endpoints of them, so this keeps both Add and the garbage
+// collector's work small.
 type Index struct {
 	defaultCapacity int
 
 	mu      sync.RWMutex
 	lrus    map[string]*simplelru.LRU[uint64, struct{}]
 	caps    map[string]int
-	holders map[uint64]map[string]struct{}
+	ids     map[string]int32 // endpoint key → id, for every endpoint with an LRU
+	names   []string         // id → endpoint key ("" for a free id)
+	free    []int32          // ids of removed endpoints, reused by the next new endpoint
+	holders map[uint64][]int32
 }
 
 // NewIndex returns an empty index whose endpoints get defaultCapacity entries unless Add is given
@@ -35,8 +43,26 @@ func NewIndex(defaultCapacity int) *Index {
 		defaultCapacity: defaultCapacity,
 		lrus:            map[string]*simplelru.LRU[uint64, struct{}]{},
 		caps:            map[string]int{},
-		holders:         map[uint64]map[string]struct{}{},
+		ids:             map[string]int32{},
+		holders:         map[uint64][]int32{},
 	}
+}
+
+// idLocked returns endpoint's id, assigning one (a free one first) when it has none.
+func (ix *Index) idLocked(endpoint string) int32 {
+	if id, ok := ix.ids[endpoint]; ok {
+		return id
+	}
+	var id int32
+	if n := len(ix.free); n > 0 {
+		id, ix.free = ix.free[n-1], ix.free[:n-1]
+		ix.names[id] = endpoint
+	} else {
+		id = int32(len(ix.names))
+		ix.names = append(ix.names, endpoint)
+	}
+	ix.ids[endpoint] = id
+	return id
 }
 
 // Add records that endpoint holds hashes, inserting them in order (so block 0 is the least
@@ -48,41 +74,42 @@ func (ix *Index) Add(endpoint string, capacity int, hashes []uint64) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	l, ok := ix.lrus[endpoint]
+	id := ix.idLocked(endpoint)
 	if !ok {
 		if capacity <= 0 {
 			capacity = ix.defaultCapacity
 		}
 		// NewLRU fails only for size ≤ 0, excluded above.
 		l, _ = simplelru.NewLRU[uint64, struct{}](capacity, func(h uint64, _ struct{}) {
-			ix.dropHolderLocked(h, endpoint)
+			ix.dropHolderLocked(h, id)
 		})
 		ix.lrus[endpoint] = l
 		ix.caps[endpoint] = capacity
 	}
 	for _, h := range hashes {
-		set := ix.holders[h]
-		if set == nil {
-			set = map[string]struct{}{}
-			ix.holders[h] = set
+		if set := ix.holders[h]; !slices.Contains(set, id) {
+			ix.holders[h] = append(set, id)
 		}
-		set[endpoint] = struct{}{}
 		// Add may evict the oldest hash, possibly one inserted earlier in this loop; the callback
 		// removes it from the reverse map, so both stay equal.
 		l.Add(h, struct{}{})
 	}
 }
 
-// dropHolderLocked removes endpoint from the holders of h. Called with ix.mu held (from the LRU
+// dropHolderLocked removes endpoint id from the holders of h. Called with ix.mu held (from the LRU
 // eviction callback, which runs synchronously inside Add, Remove and Purge).
-func (ix *Index) dropHolderLocked(h uint64, endpoint string) {
-	set, ok := ix.holders[h]
-	if !ok {
+func (ix *Index) dropHolderLocked(h uint64, id int32) {
+	set := ix.holders[h]
+	i := slices.Index(set, id)
+	if i < 0 {
 		return
 	}
-	delete(set, endpoint)
-	if len(set) == 0 {
+	if len(set) == 1 {
 		delete(ix.holders, h)
+		return
 	}
+	set[i] = set[len(set)-1]
+	ix.holders[h] = set[:len(set)-1]
 }
 
 // Match returns, for every endpoint holding at least one of the leading blocks, its match length
@@ -93,14 +120,25 @@ func (ix *Index) Match(hashes []uint64) map[string]int {
 	res := map[string]int{}
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
+	var counts []int32 // by id, allocated at the first held block
+	var touched []int32
 	for _, h := range hashes {
 		set := ix.holders[h]
 		if len(set) == 0 {
 			break
 		}
-		for ep := range set {
-			res[ep]++
+		if counts == nil {
+			counts = make([]int32, len(ix.names))
 		}
+		for _, id := range set {
+			if counts[id] == 0 {
+				touched = append(touched, id)
+			}
+			counts[id]++
+		}
+	}
+	for _, id := range touched {
+		res[ix.names[id]] = int(counts[id])
 	}
 	return res
 }
@@ -110,12 +148,13 @@ func (ix *Index) MatchLen(hashes []uint64, endpoint string) int {
 	n := 0
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
+	id, known := ix.ids[endpoint]
 	for _, h := range hashes {
 		set := ix.holders[h]
 		if len(set) == 0 {
 			break
 		}
-		if _, ok := set[endpoint]; ok {
+		if known && slices.Contains(set, id) {
 			n++
 		}
 	}
@@ -134,6 +173,11 @@ func (ix *Index) RemoveEndpoint(endpoint string) {
 	l.Purge() // runs the eviction callback for every hash
 	delete(ix.lrus, endpoint)
 	delete(ix.caps, endpoint)
+	if id, ok := ix.ids[endpoint]; ok {
+		delete(ix.ids, endpoint)
+		ix.names[id] = ""
+		ix.free = append(ix.free, id)
+	}
 }
 
 // RetainOnly removes every endpoint not in keep and returns the removed keys, sorted.
@@ -194,8 +238,8 @@ func (ix *Index) Holders(h uint64) []string {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	out := make([]string, 0, len(ix.holders[h]))
-	for ep := range ix.holders[h] {
-		out = append(out, ep)
+	for _, id := range ix.holders[h] {
+		out = append(out, ix.names[id])
 	}
 	slices.Sort(out)
 	return out
@@ -209,8 +253,8 @@ func (ix *Index) ReverseMap() map[uint64][]string {
 	out := make(map[uint64][]string, len(ix.holders))
 	for h, set := range ix.holders {
 		eps := make([]string, 0, len(set))
-		for ep := range set {
-			eps = append(eps, ep)
+		for _, id := range set {
+			eps = append(eps, ix.names[id])
 		}
 		slices.Sort(eps)
 		out[h] = eps
