@@ -253,7 +253,9 @@ func runPredictorParity(cmd *cobra.Command, f predictorParityFlags) error {
 		return harnessErr("%v", err)
 	}
 	logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	suite, err := conformance.StartHarness(ctx, conformance.HarnessConfig{Target: tgt, Source: src, Eppkit: self,
+	// No Eppkit: the harness would start a predictor sidecar of its own for {{.PredictorURL}},
+	// which this target does not use (it is given the proxy above).
+	suite, err := conformance.StartHarness(ctx, conformance.HarnessConfig{Target: tgt, Source: src,
 		ConfigFile: f.configFile, LogDir: f.logDir, Seed: f.seed, Logger: logger})
 	if err != nil {
 		return harnessErr("the harness could not start: %v", err)
