@@ -48,8 +48,13 @@ type HarnessConfig struct {
 	ReadinessHeadersOnly bool
 	// Source tells the target the pool (required; StaticSource{} for static).
 	Source EndpointSource
-	// Eppkit is the eppkit binary path ({{.Eppkit}}).
+	// Eppkit is the eppkit binary path ({{.Eppkit}}). When set, the harness also runs
+	// `eppkit predictor` as the latency predictor sidecar ({{.PredictorURL}}) unless
+	// NoPredictorSidecar is true.
 	Eppkit string
+	// NoPredictorSidecar skips the predictor sidecar: set it when no selected test uses a
+	// predictor (see NeedsPredictorSidecar), so an EPP-only run does not depend on it.
+	NoPredictorSidecar bool
 	// ConfigFile is the EndpointPickerConfig for the target ({{.ConfigFile}}), "" = its default.
 	ConfigFile string
 	// LogDir receives target.log; default os.TempDir().
@@ -184,7 +189,7 @@ func StartHarness(ctx context.Context, cfg HarnessConfig) (s *Suite, err error) 
 	if err != nil {
 		return s, &HarnessError{Stage: "target", Err: err}
 	}
-	if cfg.Eppkit != "" {
+	if cfg.Eppkit != "" && !cfg.NoPredictorSidecar {
 		log.Info("starting the latency predictor sidecar")
 		if s.predictor, err = startPredictorSidecar(fctx, cfg.Eppkit, cfg.LogDir, cfg.Timeouts.HarnessStart.D()); err != nil {
 			return s, &HarnessError{Stage: "predictor", Err: err}

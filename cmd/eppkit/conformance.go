@@ -286,9 +286,11 @@ func runConformance(cmd *cobra.Command, f conformanceFlags) error {
 
 	// Only start the harness when some test will run.
 	runs := 0
+	var running []conformance.ConformanceTest
 	for _, ct := range tests {
 		if p.sel.SkipReason(ct) == "" {
 			runs++
+			running = append(running, ct)
 		}
 	}
 	var suite *conformance.Suite
@@ -297,7 +299,8 @@ func runConformance(cmd *cobra.Command, f conformanceFlags) error {
 		suite, err = conformance.StartHarness(ctx, conformance.HarnessConfig{
 			Target: p.target, TargetTLS: tlsCfg, HealthTLS: healthTLS, HealthTLSSet: healthTLSSet,
 			ReadinessHeadersOnly: f.readinessProbe == "headers-only", Source: p.source, Eppkit: eppkit, ConfigFile: f.configFile,
-			LogDir: f.logDir, Timeouts: p.timeouts, Seed: p.seed, FleetSize: f.fleetSize, FleetPort: f.fleetPort, Logger: logger,
+			NoPredictorSidecar: !conformance.NeedsPredictorSidecar(running),
+			LogDir:             f.logDir, Timeouts: p.timeouts, Seed: p.seed, FleetSize: f.fleetSize, FleetPort: f.fleetPort, Logger: logger,
 		})
 		if err != nil {
 			return &exitError{code: exitHarness, err: fmt.Errorf("the harness could not start: %w", err)}
