@@ -1,0 +1,436 @@
+// Command score-parity feeds the same seeded workloads to upstream GIE v1.5.0's
+// approx-prefix-cache-producer + prefix-cache-scorer
+// (kubernetes-sigs/gateway-api-inference-extension
+// pkg/epp/framework/plugins/requestcontrol/dataproducer/approximateprefix and
+// pkg/epp/framework/plugins/scheduling/scorer/prefix) and to eppkit's reference/plugins/prefix,
+// and compares every endpoint's score exactly (float64 equality, plus MatchBlocks/TotalBlocks).
+// It then benchmarks both PrepareRequestData paths on reference/plugins/benchfixture in one run.
+//
+// Exit status: 0 when every score matched, 1 on any mismatch (printed with seed, request and
+// endpoint), 2 on setup errors. SPEC §2.1 is the rule book: a difference must be written down
+// there and in reports/interop/score-parity.md before it may be tolerated; none is tolerated here.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"reflect"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unsafe"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	fwkdl "sigs.k8s.io/gateway-api-inference-extension/pkg/epp/framework/interface/datalayer"
+	uplugin "sigs.k8s.io/gateway-api-inference-extension/pkg/epp/framework/interface/plugin"
+	ufw "sigs.k8s.io/gateway-api-inference-extension/pkg/epp/framework/interface/scheduling"
+	uattr "sigs.k8s.io/gateway-api-inference-extension/pkg/epp/framework/plugins/datalayer/attribute/prefix"
+	uprod "sigs.k8s.io/gateway-api-inference-extension/pkg/epp/framework/plugins/requestcontrol/dataproducer/approximateprefix"
+	uscorer "sigs.k8s.io/gateway-api-inference-extension/pkg/epp/framework/plugins/scheduling/scorer/prefix"
+
+	"github.com/eppkit/eppkit/reference/framework"
+	"github.com/eppkit/eppkit/reference/plugins/benchfixture"
+	"github.com/eppkit/eppkit/reference/plugins/prefix"
+)
+
+func main() {
+	seed := flag.Int64("seed", 0, "base seed (0 = time-based; printed)")
+	runs := flag.Int("runs", 12, "number of workloads (shapes cycle through the list in shapes())")
+	requests := flag.Int("requests", 300, "requests per workload")
+	bench := flag.Bool("bench", true, "benchmark both producers on reference/plugins/benchfixture")
+	flag.Parse()
+	if *seed == 0 {
+		*seed = time.Now().UnixNano()
+	}
+	fmt.Printf("score-parity: seed=%d (repro: cd tools/gie-v1.5.0 && go run ./cmd/score-parity -seed=%d)\n", *seed, *seed)
+	mismatches, compared := 0, 0
+	for r := 0; r < *runs; r++ {
+		sh := shapes()[r%len(shapes())]
+		s := *seed + int64(r)
+		m, c, err := runWorkload(s, sh, *requests)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "score-parity: run %d seed %d shape %+v: %v\n", r, s, sh, err)
+			os.Exit(2)
+		}
+		fmt.Printf("run %2d seed=%d shape=%+v: %d scores compared, %d mismatches\n", r, s, sh, c, m)
+		mismatches += m
+		compared += c
+	}
+	fmt.Printf("score-parity: %d scores compared over %d workloads, %d mismatches\n", compared, *runs, mismatches)
+	if *bench {
+		if err := benchmark(); err != nil {
+			fmt.Fprintf(os.Stderr, "score-parity: benchmark: %v\n", err)
+			os.Exit(2)
+		}
+	}
+	if mismatches > 0 {
+		os.Exit(1)
+	}
+}
+
+// shape is one producer configuration and pool kind, as in suites/equivalence's shapes.
+type shape struct {
+	BlockSizeTokens int
+	MaxBlocks       int
+	LRUCapacity     int
+	AutoTune        bool
+	PoolBlockSize   int // vllm:cache_config_info{block_size} every endpoint reports (0 = none)
+}
+
+func shapes() []shape {
+	return []shape{
+		{BlockSizeTokens: 16, MaxBlocks: 256, LRUCapacity: 31250, AutoTune: true},
+		{BlockSizeTokens: 16, MaxBlocks: 256, LRUCapacity: 31250, AutoTune: true, PoolBlockSize: 8},
+		{BlockSizeTokens: 4, MaxBlocks: 8, LRUCapacity: 20, AutoTune: false},
+		{BlockSizeTokens: 2, MaxBlocks: 64, LRUCapacity: 50, AutoTune: true, PoolBlockSize: 4},
+		{BlockSizeTokens: 1, MaxBlocks: 300, LRUCapacity: 1000, AutoTune: false},
+		{BlockSizeTokens: 32, MaxBlocks: 3, LRUCapacity: 5, AutoTune: true},
+	}
+}
+
+type params struct {
+	AutoTune               bool `json:"autoTune"`
+	BlockSizeTokens        int  `json:"blockSizeTokens"`
+	MaxPrefixBlocksToMatch int  `json:"maxPrefixBlocksToMatch"`
+	LRUCapacityPerServer   int  `json:"lruCapacityPerServer"`
+}
+
+func (sh shape) raw() json.RawMessage {
+	b, _ := json.Marshal(params{AutoTune: sh.AutoTune, BlockSizeTokens: sh.BlockSizeTokens,
+		MaxPrefixBlocksToMatch: sh.MaxBlocks, LRUCapacityPerServer: sh.LRUCapacity})
+	return b
+}
+
+// pair holds one upstream and one eppkit producer/scorer built from the same parameters.
+type pair struct {
+	up       uplugin.Plugin
+	upPrep   interface{ PrepareRequestData(context.Context, *ufw.LLMRequest, []ufw.Endpoint) error }
+	upPre    interface{ PreRequest(context.Context, *ufw.LLMRequest, *ufw.SchedulingResult) }
+	upWG     *sync.WaitGroup
+	upScorer *uscorer.Plugin
+	ours     *prefix.Producer
+	ourSc    *prefix.Scorer
+	ourState *framework.PluginState
+}
+
+func newPair(ctx context.Context, raw json.RawMessage) (*pair, error) {
+	h := uplugin.NewEppHandle(ctx, func() []types.NamespacedName { return nil })
+	up, err := uprod.ApproxPrefixCacheFactory("p", raw, h)
+	if err != nil {
+		return nil, fmt.Errorf("upstream producer: %w", err)
+	}
+	sc, err := uscorer.New(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("upstream scorer: %w", err)
+	}
+	oh := newHandle(ctx)
+	pp, err := prefix.DecodeProducerParameters(raw)
+	if err != nil {
+		return nil, fmt.Errorf("eppkit parameters: %w", err)
+	}
+	ours, err := prefix.NewProducer("p", pp, oh)
+	if err != nil {
+		return nil, fmt.Errorf("eppkit producer: %w", err)
+	}
+	osc, err := prefix.NewScorer("s", nil)
+	if err != nil {
+		return nil, fmt.Errorf("eppkit scorer: %w", err)
+	}
+	return &pair{up: up, upPrep: up.(interface {
+		PrepareRequestData(context.Context, *ufw.LLMRequest, []ufw.Endpoint) error
+	}), upPre: up.(interface {
+		PreRequest(context.Context, *ufw.LLMRequest, *ufw.SchedulingResult)
+	}), upWG: upstreamWaitGroup(up), upScorer: sc, ours: ours, ourSc: osc, ourState: oh.state}, nil
+}
+
+// upstreamWaitGroup returns the unexported wg of upstream's prepareData: its PreRequest adds to
+// the indexer in a goroutine (plugin.go, p.wg.Go), which upstream's own tests wait on. We wait on
+// it too, so a score never depends on goroutine timing. Reflection on a pinned version's struct.
+func upstreamWaitGroup(p uplugin.Plugin) *sync.WaitGroup {
+	f := reflect.ValueOf(p).Elem().FieldByName("wg")
+	if !f.IsValid() || f.Type() != reflect.TypeOf(sync.WaitGroup{}) {
+		panic("upstream approx-prefix-cache-producer has no wg sync.WaitGroup field: re-check the pinned version")
+	}
+	return (*sync.WaitGroup)(unsafe.Pointer(f.UnsafeAddr()))
+}
+
+// endpoint is one pool member of the workload.
+type endpoint struct {
+	md      *framework.EndpointMetadata
+	metrics *framework.Metrics
+}
+
+var (
+	models = []string{"meta-llama/Llama-3.1-8B-Instruct", "sql-lora", "tweet-summary-lora", "Qwen/Qwen2.5-7B"}
+	salts  = []string{"", "", "", "tenant-a", "tenant-b"}
+)
+
+// text returns at least n bytes from the suites/equivalence alphabet (with <, >, &, quotes, é).
+// Unlike the suite, which draws bytes (so half an é can appear), it draws runes: a request body
+// is JSON, and a JSON decoder turns invalid UTF-8 into U+FFFD before any EPP hashes it, so raw
+// invalid bytes would compare the adapter's conversion rather than the two plugins.
+func text(rng *rand.Rand, n int) string {
+	alphabet := []rune("abcdefghij klmnopqrstuvwxyz ABC 0123 .,;:!? <>&\"'\n\té")
+	var b strings.Builder
+	for b.Len() < n {
+		b.WriteRune(alphabet[rng.IntN(len(alphabet))])
+	}
+	return b.String()
+}
+
+// runWorkload mirrors suites/equivalence/workload_test.go's generator (templates, chat and
+// completions shapes, models, salts, pool of 1–16 endpoints with optional small num_gpu_blocks,
+// shuffled candidate order) without pool churn, and returns (mismatches, scores compared).
+func runWorkload(seed int64, sh shape, n int) (int, int, error) {
+	rng := rand.New(rand.NewPCG(uint64(seed), 0x5eed))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p, err := newPair(ctx, sh.raw())
+	if err != nil {
+		return 0, 0, err
+	}
+	var templates []string
+	for i := range 7 {
+		switch i {
+		case 0:
+			templates = append(templates, "")
+		case 1:
+			templates = append(templates, text(rng, 3))
+		default:
+			templates = append(templates, text(rng, 100+rng.IntN(1900)))
+		}
+	}
+	var eps []*endpoint
+	for i := range 1 + rng.IntN(16) {
+		name := fmt.Sprintf("vllm-%02d", i)
+		e := &endpoint{md: &framework.EndpointMetadata{Namespace: "eq", Name: name, PodName: name,
+			Address: fmt.Sprintf("10.1.0.%d", i+1), Port: 8000},
+			metrics: &framework.Metrics{CacheBlockSize: sh.PoolBlockSize}}
+		if rng.IntN(2) == 0 {
+			e.metrics.CacheNumGPUBlocks = max(1, sh.MaxBlocks*(1+rng.IntN(8))/2)
+		}
+		eps = append(eps, e)
+	}
+	mismatches, compared := 0, 0
+	for i := range n {
+		rng.Shuffle(len(eps), func(a, b int) { eps[a], eps[b] = eps[b], eps[a] })
+		req, summary, err := genRequest(rng, i, templates)
+		if err != nil {
+			return 0, 0, err
+		}
+		ureq, err := toUpstream(req)
+		if err != nil {
+			return 0, 0, fmt.Errorf("%s: %w", summary, err)
+		}
+		ours := make([]*framework.Endpoint, len(eps))
+		ups := make([]ufw.Endpoint, len(eps))
+		for j, e := range eps {
+			ours[j] = framework.NewEndpoint(e.md, e.metrics.Clone())
+			ups[j] = ufw.NewEndpoint(&fwkdl.EndpointMetadata{
+				NamespacedName: types.NamespacedName{Namespace: e.md.Namespace, Name: e.md.Name},
+				PodName:        e.md.PodName, Address: e.md.Address, Port: fmt.Sprint(e.md.Port)},
+				&fwkdl.Metrics{CacheBlockSize: e.metrics.CacheBlockSize, CacheNumBlocks: e.metrics.CacheNumGPUBlocks}, nil)
+		}
+		if err := p.ours.PrepareRequestData(ctx, req, ours); err != nil {
+			return 0, 0, fmt.Errorf("%s: eppkit PrepareRequestData: %w", summary, err)
+		}
+		if err := p.upPrep.PrepareRequestData(ctx, ureq, ups); err != nil {
+			return 0, 0, fmt.Errorf("%s: upstream PrepareRequestData: %w", summary, err)
+		}
+		oscores := p.ourSc.Score(ctx, nil, req, ours)
+		uscores := p.upScorer.Score(ctx, nil, ureq, ups)
+		for j, e := range eps {
+			o := oscores[e.md.Key()]
+			u := uscores[ups[j]]
+			om, ot := matchInfo(ours[j])
+			um, ut := upMatchInfo(ups[j])
+			compared++
+			if o != u || om != um || ot != ut {
+				mismatches++
+				fmt.Printf("MISMATCH seed=%d %s endpoint=%s: eppkit %v (%d/%d) upstream %v (%d/%d)\n",
+					seed, summary, e.md.Name, o, om, ot, u, um, ut)
+			}
+		}
+		// Both pick the same random endpoint; both record it.
+		t := rng.IntN(len(eps))
+		p.ours.PreRequest(ctx, req, &framework.SchedulingResult{PrimaryProfileName: "default",
+			ProfileResults: map[string]*framework.ProfileRunResult{"default": {TargetEndpoints: []*framework.Endpoint{ours[t]}}}})
+		p.upPre.PreRequest(ctx, ureq, &ufw.SchedulingResult{PrimaryProfileName: "default",
+			ProfileResults: map[string]*ufw.ProfileRunResult{"default": {TargetEndpoints: []ufw.Endpoint{ups[t]}}}})
+		p.upWG.Wait()
+	}
+	return mismatches, compared, nil
+}
+
+func matchInfo(ep *framework.Endpoint) (int, int) {
+	info, ok := framework.AttributeAs[*prefix.PrefixCacheMatchInfo](ep, prefix.PrefixCacheMatchInfoKey)
+	if !ok || info == nil {
+		return -1, -1
+	}
+	return info.MatchBlocks, info.TotalBlocks
+}
+
+func upMatchInfo(ep ufw.Endpoint) (int, int) {
+	v, ok := ep.Get(uattr.PrefixCacheMatchInfoKey)
+	if !ok {
+		return -1, -1
+	}
+	info, ok := v.(*uattr.PrefixCacheMatchInfo)
+	if !ok {
+		return -1, -1
+	}
+	return info.MatchBlocks(), info.TotalBlocks()
+}
+
+// genRequest draws a request as suites/equivalence does: a shared template prefix plus a random
+// suffix, 40% chat (string content, content blocks with extra fields, or a JSON-array content
+// after a null assistant message), 60% completions; random model and cache salt.
+func genRequest(rng *rand.Rand, i int, templates []string) (*framework.LLMRequest, string, error) {
+	tpl := rng.IntN(len(templates))
+	prefixText := templates[tpl]
+	suffix := text(rng, rng.IntN(400))
+	model := models[rng.IntN(len(models))]
+	salt := salts[rng.IntN(len(salts))]
+	req := &framework.LLMRequest{RequestID: fmt.Sprintf("req-%04d", i), TargetModel: model,
+		Headers: map[string]string{}, Body: &framework.LLMRequestBody{}}
+	kind := "completions"
+	if rng.IntN(5) < 2 {
+		kind = "chat"
+		msgs := []framework.Message{{Role: "system", Content: prefixText}}
+		switch v := rng.IntN(3); v {
+		case 0:
+			msgs = append(msgs, framework.Message{Role: "user", Content: suffix})
+		case 1:
+			msgs = append(msgs, framework.Message{Role: "user", Content: []any{
+				map[string]any{"type": "text", "text": suffix, "cache_control": map[string]any{"type": "ephemeral"}},
+			}})
+		default:
+			js, _ := json.Marshal(suffix)
+			var blocks any
+			if err := json.Unmarshal([]byte(`[{"type":"text","text":`+string(js)+`}]`), &blocks); err != nil {
+				return nil, "", err
+			}
+			msgs = append(msgs, framework.Message{Role: "assistant", Content: nil},
+				framework.Message{Role: "user", Content: blocks})
+		}
+		kind = fmt.Sprintf("chat/%d", len(msgs))
+		req.Body.ChatCompletions = &framework.ChatCompletionsRequest{Messages: msgs, CacheSalt: salt}
+	} else {
+		req.Body.Completions = &framework.CompletionsRequest{Prompt: prefixText + suffix, CacheSalt: salt}
+	}
+	return req, fmt.Sprintf("%s %s model=%s salt=%q template=%d suffix=%d", req.RequestID, kind, model, salt, tpl, len(suffix)), nil
+}
+
+// toUpstream converts a request the way upstream receives it: our body is encoded as the OpenAI
+// JSON a client would send and decoded with upstream's own types (Content.UnmarshalJSON etc.).
+func toUpstream(req *framework.LLMRequest) (*ufw.LLMRequest, error) {
+	out := &ufw.LLMRequest{RequestId: req.RequestID, TargetModel: req.TargetModel, Headers: req.Headers, Body: &ufw.LLMRequestBody{}}
+	switch {
+	case req.Body.Completions != nil:
+		wire, err := json.Marshal(map[string]any{"model": req.TargetModel, "prompt": req.Body.Completions.Prompt,
+			"cache_salt": req.Body.Completions.CacheSalt})
+		if err != nil {
+			return nil, err
+		}
+		out.Body.Completions = &ufw.CompletionsRequest{}
+		if err := json.Unmarshal(wire, out.Body.Completions); err != nil {
+			return nil, fmt.Errorf("upstream completions decode: %w", err)
+		}
+	case req.Body.ChatCompletions != nil:
+		wire, err := json.Marshal(map[string]any{"model": req.TargetModel, "messages": req.Body.ChatCompletions.Messages,
+			"cache_salt": req.Body.ChatCompletions.CacheSalt})
+		if err != nil {
+			return nil, err
+		}
+		out.Body.ChatCompletions = &ufw.ChatCompletionsRequest{}
+		if err := json.Unmarshal(wire, out.Body.ChatCompletions); err != nil {
+			return nil, fmt.Errorf("upstream chat decode: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// benchmark measures one PrepareRequestData on the benchfixture (100 endpoints, 8,000-character
+// prompt, 10 full and 30 half matches) for both, in one process, and prints the ratio.
+func benchmark() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p, err := newPair(ctx, nil)
+	if err != nil {
+		return err
+	}
+	mds := benchfixture.EndpointMetadata()
+	toUp := func() []ufw.Endpoint {
+		out := make([]ufw.Endpoint, len(mds))
+		for i, md := range mds {
+			out[i] = ufw.NewEndpoint(&fwkdl.EndpointMetadata{NamespacedName: types.NamespacedName{Namespace: md.Namespace, Name: md.Name},
+				PodName: md.PodName, Address: md.Address, Port: fmt.Sprint(md.Port)}, fwkdl.NewMetrics(), nil)
+		}
+		return out
+	}
+	for _, w := range benchfixture.Warmups() {
+		eps := benchfixture.NewEndpoints(mds)
+		if err := p.ours.PrepareRequestData(ctx, w.Request, eps); err != nil {
+			return err
+		}
+		p.ours.PreRequest(ctx, w.Request, &framework.SchedulingResult{PrimaryProfileName: "default",
+			ProfileResults: map[string]*framework.ProfileRunResult{"default": {TargetEndpoints: []*framework.Endpoint{eps[w.Target]}}}})
+		ureq, err := toUpstream(w.Request)
+		if err != nil {
+			return err
+		}
+		ueps := toUp()
+		if err := p.upPrep.PrepareRequestData(ctx, ureq, ueps); err != nil {
+			return err
+		}
+		p.upPre.PreRequest(ctx, ureq, &ufw.SchedulingResult{PrimaryProfileName: "default",
+			ProfileResults: map[string]*ufw.ProfileRunResult{"default": {TargetEndpoints: []ufw.Endpoint{ueps[w.Target]}}}})
+		p.upWG.Wait()
+	}
+	req := benchfixture.Request("bench", benchfixture.Prompt())
+	ureq, err := toUpstream(req)
+	if err != nil {
+		return err
+	}
+	eps := benchfixture.NewEndpoints(mds)
+	ueps := toUp()
+	if err := p.ours.PrepareRequestData(ctx, req, eps); err != nil {
+		return err
+	}
+	if err := p.upPrep.PrepareRequestData(ctx, ureq, ueps); err != nil {
+		return err
+	}
+	for _, i := range []int{0, benchfixture.NumFull, benchfixture.NumEndpoints - 1} {
+		om, ot := matchInfo(eps[i])
+		um, ut := upMatchInfo(ueps[i])
+		if om != um || ot != ut {
+			return fmt.Errorf("fixture endpoint %d: eppkit %d/%d upstream %d/%d", i, om, ot, um, ut)
+		}
+	}
+	ourRes := testing.Benchmark(func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = p.ours.PrepareRequestData(ctx, req, eps)
+			p.ourState.DeleteKey(req.RequestID, p.ours.StateKey())
+		}
+	})
+	upRes := testing.Benchmark(func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = p.upPrep.PrepareRequestData(ctx, ureq, ueps)
+			p.up.(interface{ PluginState() *uplugin.PluginState }).PluginState().Delete(ureq.RequestId)
+		}
+	})
+	fmt.Printf("benchmark (benchfixture, PrepareRequestData, GOMAXPROCS=%d):\n", runtime.GOMAXPROCS(0))
+	fmt.Printf("  eppkit   approx-prefix-cache-producer: %s %s\n", ourRes, ourRes.MemString())
+	fmt.Printf("  upstream approx-prefix-cache-producer: %s %s\n", upRes, upRes.MemString())
+	fmt.Printf("  ratio upstream/eppkit ns/op: %.2f\n", float64(upRes.NsPerOp())/float64(ourRes.NsPerOp()))
+	return nil
+}
