@@ -144,6 +144,14 @@ interop-predictor-parity: interop-tools
 	@mkdir -p $(INTEROP_OUT)/predictor-parity
 	./bin/eppkit interop predictor-parity --report $(INTEROP_OUT)/predictor-parity/summary.md $(INTEROP_FLAGS_PREDICTOR)
 
+## interop-score-parity: upstream v1.5.0's approx-prefix-cache-producer + prefix-cache-scorer vs
+# reference/plugins/prefix on seeded equivalence-style workloads (tools/gie-v1.5.0/score-parity, its
+# own module); exits 1 on any mismatch not traced to D1/D2 of reports/interop/score-parity.md, and
+# prints the benchfixture benchmark of both. EPPKIT_SEED fixes the seed (printed either way).
+.PHONY: interop-score-parity
+interop-score-parity:
+	cd tools/gie-v1.5.0/score-parity && go run . -seed=$${EPPKIT_SEED:-0}
+
 ## conformance-upstream: the upstream EPP v1.5.0 run of make interop alone (reports in
 # reports/interop/upstream-epp-v1.5.0/); exits 0 when it fails exactly its explained tests.
 conformance-upstream: interop-upstream-epp-v1.5.0
