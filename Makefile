@@ -76,7 +76,7 @@ INTEROP_FEATURES ?= OpenAIRequestParsing,PrefixCacheAffinity,QueueAwareness,KVCa
 INTEROP_FLAGS    ?=
 INTEROP_FLAGS_PREDICTOR ?=
 INTEROP_RUNS     := interop-upstream-epp-v1.5.0 interop-upstream-epp-v1.5.0-tls interop-upstream-epp-v1.5.0-lora \
-	interop-upstream-epp-v1.5.0-usage-crash interop-lwepp-v1.6.0 interop-predictor-parity
+	interop-upstream-epp-v1.5.0-usage-crash interop-lwepp-v1.6.0 interop-predictor-parity interop-score-parity
 GIE_URL          := https://github.com/kubernetes-sigs/gateway-api-inference-extension
 GIE_IMPL         := --organization kubernetes-sigs --url $(GIE_URL) --contact $(GIE_URL)/issues
 # The upstream EPP v1.5.0 reads its kubeconfig from $$KUBECONFIG (controller-runtime's GetConfig;
