@@ -44,6 +44,7 @@ const (
 	PluginStateScoreOnly    Name = "pluginstate-score-only"
 	DAGMapOrder             Name = "dag-map-order"
 	LegacyMatchOffByOne     Name = "legacy-match-off-by-one"
+	ProfileHeaderMissing    Name = "profile-header-missing"
 )
 
 // Mutant describes one mutant for the matrix.
@@ -109,6 +110,8 @@ var catalogue = []Mutant{
 		Where: "reference/extproc schedule: x-gateway-inference-objective is set back", Kind: BlackBox, Target: "OpenAIInputHeadersNotEchoed"},
 	{Name: BadRequest500, Breaks: "malformed bodies are refused with 400 (SPEC §5.2, §5.3)",
 		Where: "reference/director StatusFor: ErrBadRequest maps to 500", Kind: BlackBox, Target: "OpenAIBadRequest400"},
+	{Name: ProfileHeaderMissing, Breaks: "the response headers name the primary profile in x-eppkit-profile (SPEC §3, eppkit)",
+		Where: "reference/extproc responseHeaders: x-eppkit-profile is not set", Kind: BlackBox, Target: "ReferenceProfileHeader"},
 	{Name: PluginStateScoreOnly, Breaks: "the prefix producer writes its plugin state in PrepareData, so the pick is indexed without a prefix scorer (GIE PR #2005, SPEC §1)",
 		Where: "reference/plugins/prefix Producer.PrepareRequestData: no plugin-state write", Kind: WhiteBox, Suite: "pluginstate",
 		Target: "the only profile has no prefix scorer should hold: PreRequest indexes the pick"},

@@ -304,7 +304,7 @@ func (st *stream) responseHeaders(h *extprocv3.HttpHeaders) error {
 		r.resp = &framework.Response{RequestID: r.res.Request.RequestID, Headers: headers, Endpoint: st.s.d.Lookup(served)}
 		r.usage = NewUsageParser(strings.Contains(strings.ToLower(headers["content-type"]), "text/event-stream"))
 		st.s.d.ResponseHeader(st.ctx, r.res.Request, r.resp)
-		if r.res.PrimaryProfile != "" {
+		if r.res.PrimaryProfile != "" && !(mutant.Enabled && mutant.On(mutant.ProfileHeaderMissing)) {
 			set = append(set, header(ProfileHeader, r.res.PrimaryProfile))
 		}
 	}
