@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -119,19 +118,7 @@ func runFakeGateway(cmd *cobra.Command, f fakeGatewayFlags) error {
 	srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second}
 	logger.Info("fake gateway serving", "addr", ln.Addr().String(), "epp", f.epp, "mode", mode, "failure-mode", fm)
 	fmt.Fprintf(cmd.OutOrStdout(), "http://%s\n", ln.Addr())
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
 	ctx, stop := signalContext()
 	defer stop()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
-	return nil
+	return serveUntilDone(ctx, srv, ln)
 }

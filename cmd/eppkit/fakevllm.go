@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	_ "net/http/pprof" // served only when EPPKIT_PPROF_ADDR is set
 	"os"
@@ -68,6 +69,25 @@ func parseServerFlags(args []string, extra func(fs *pflag.FlagSet), stderr io.Wr
 
 func signalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
+
+// serveUntilDone serves srv on ln until ctx is done, then shuts it down within shutdownGrace
+// (requests still running after that are cut). It returns Serve's error if serving stops first,
+// and Shutdown's error other than the grace deadline.
+func serveUntilDone(ctx context.Context, srv *http.Server, ln net.Listener) error {
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return nil
 }
 
 func runFakeVLLM(cmd *cobra.Command, args []string) error {

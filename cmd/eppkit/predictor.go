@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -104,22 +102,10 @@ func runPredictor(cmd *cobra.Command, f predictorFlags) error {
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	logger.Info("predictor serving", "addr", ln.Addr().String(), "fake", f.fake, "objective", f.objective, "quantile", f.quantile, "features", f.features)
 	fmt.Fprintf(cmd.OutOrStdout(), "http://%s\n", ln.Addr())
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
 	// The command's context (a test's) or a signal ends the server.
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
-	return nil
+	return serveUntilDone(ctx, srv, ln)
 }
 
 // flagOfConfigError maps a predictor.Config error ("minSamples: ...") to the flag spelling
