@@ -147,6 +147,30 @@ func TestIndexMatchGlobalStop(t *testing.T) {
 	}
 }
 
+// TestIndexMatchAfterOverflowingAdd pins SPEC §2.2 where GIE v1.5.0 differs (defect D2 of
+// reports/interop/score-parity.md): upstream's indexer.Add (approximateprefix/indexer.go) puts a
+// request's hashes in the endpoint's LRU first and in hashToPods afterwards, so the hashes its LRU
+// evicted within that same Add stay listed as held ("ghosts"). Here a (capacity 2) is given four
+// blocks and keeps only 12 and 13; b holds 11–13. Upstream v1.5.0 would match a 4 and b 3 blocks,
+// the ghost 10 keeping its whole-index walk going; eppkit holds exactly what the LRUs hold, so
+// nobody holds block 0 and nothing matches. Found by score-parity seed 1796066399037593604.
+func TestIndexMatchAfterOverflowingAdd(t *testing.T) {
+	query := []uint64{10, 11, 12, 13}
+	ix := NewIndex(100)
+	ix.Add("a", 2, query)
+	ix.Add("b", 100, query[1:])
+	checkConsistent(t, ix)
+	if got := ix.Holders(10); len(got) != 0 {
+		t.Fatalf("block 10, evicted from a's LRU within the Add that inserted it, still has holders %v", got)
+	}
+	if got := ix.Match(query); len(got) != 0 {
+		t.Fatalf("Match(%v) = %v, want no match: no endpoint holds block 0", query, got)
+	}
+	if diff := cmp.Diff(map[string]int{"a": 2, "b": 3}, ix.Match(query[1:])); diff != "" {
+		t.Fatalf("Match from block 1 (-want +got):\n%s", diff)
+	}
+}
+
 func TestIndexConcurrent(t *testing.T) {
 	ix := NewIndex(64)
 	seed := uint64(7)

@@ -20,6 +20,7 @@ import (
 	"os"
 	"reflect"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -54,30 +55,28 @@ func main() {
 		*seed = time.Now().UnixNano()
 	}
 	fmt.Printf("score-parity: seed=%d (repro: cd tools/gie-v1.5.0/score-parity && go run . -seed=%d)\n", *seed, *seed)
-	mismatches, explained, ghosts, compared := 0, 0, 0, 0
+	var total counts
 	for r := 0; r < *runs; r++ {
 		sh := shapes()[r%len(shapes())]
 		s := *seed + int64(r)
-		m, x, g, c, err := runWorkload(s, sh, *requests)
+		c, err := runWorkload(s, sh, *requests)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "score-parity: run %d seed %d shape %+v: %v\n", r, s, sh, err)
 			os.Exit(2)
 		}
-		fmt.Printf("run %2d seed=%d shape=%+v: %d scores compared, %d differ by D1, %d by D2, %d unexplained mismatches\n", r, s, sh, c, x, g, m)
-		mismatches += m
-		explained += x
-		ghosts += g
-		compared += c
+		fmt.Printf("run %2d seed=%d shape=%+v: %d scores compared, %d differ by D1, %d by D2 (%d of them cross-endpoint), %d unexplained mismatches\n",
+			r, s, sh, c.Compared, c.D1, c.D2, c.D2Cross, c.Unexplained)
+		total.add(c)
 	}
-	fmt.Printf("score-parity: %d scores compared over %d workloads, %d equal, %d differ by D1 (upstream ignores lruCapacityPerServer), %d by D2 (upstream keeps blocks evicted within one request), %d unexplained mismatches\n",
-		compared, *runs, compared-explained-ghosts-mismatches, explained, ghosts, mismatches)
+	fmt.Printf("score-parity: seed=%d: %d scores compared over %d workloads, %d equal, %d differ by D1 (upstream ignores lruCapacityPerServer), %d by D2 (upstream keeps blocks evicted within one request; %d of them on an endpoint holding no such block), %d unexplained mismatches\n",
+		*seed, total.Compared, *runs, total.Compared-total.D1-total.D2-total.Unexplained, total.D1, total.D2, total.D2Cross, total.Unexplained)
 	if *bench {
 		if err := benchmark(); err != nil {
 			fmt.Fprintf(os.Stderr, "score-parity: benchmark: %v\n", err)
 			os.Exit(2)
 		}
 	}
-	if mismatches > 0 {
+	if total.Unexplained > 0 {
 		os.Exit(1)
 	}
 }
@@ -223,13 +222,13 @@ func text(rng *rand.Rand, n int) string {
 // hashToPods with no LRU entry to ever evict them ("ghost" blocks). eppkit's index holds only what
 // the LRU holds (SPEC §2.2). A mismatch is counted as D2 only when the endpoint was once indexed
 // with more blocks than its capacity and upstream matches more blocks than eppkit.
-func runWorkload(seed int64, sh shape, n int) (int, int, int, int, error) {
+func runWorkload(seed int64, sh shape, n int) (counts, error) {
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x5eed))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	p, err := newPair(ctx, sh.raw())
 	if err != nil {
-		return 0, 0, 0, 0, err
+		return counts{}, err
 	}
 	var templates []string
 	for i := range 7 {
@@ -253,17 +252,25 @@ func runWorkload(seed int64, sh shape, n int) (int, int, int, int, error) {
 		}
 		eps = append(eps, e)
 	}
-	mismatches, explained, ghosts, compared := 0, 0, 0, 0
-	overflowed := map[string]bool{} // endpoint name -> indexed once with more blocks than its upstream capacity
+	var c counts
+	// ghostable[name] holds the hashes upstream may keep as ghosts for that endpoint (D2): the
+	// first len(hashes)−capacity hashes of every request indexed on it with more blocks than its
+	// upstream capacity.
+	ghostable := map[string]map[uint64]bool{}
+	names := map[string]string{} // endpoint key -> name
+	for _, e := range eps {
+		names[e.md.Key()] = e.md.Name
+	}
+	uv := newUpstreamView(p.up)
 	for i := range n {
 		rng.Shuffle(len(eps), func(a, b int) { eps[a], eps[b] = eps[b], eps[a] })
 		req, summary, err := genRequest(rng, i, templates)
 		if err != nil {
-			return 0, 0, 0, 0, err
+			return counts{}, err
 		}
 		ureq, err := toUpstream(req)
 		if err != nil {
-			return 0, 0, 0, 0, fmt.Errorf("%s: %w", summary, err)
+			return counts{}, fmt.Errorf("%s: %w", summary, err)
 		}
 		ours := make([]*framework.Endpoint, len(eps))
 		effs := make([]*framework.Endpoint, len(eps))
@@ -277,41 +284,60 @@ func runWorkload(seed int64, sh shape, n int) (int, int, int, int, error) {
 				&fwkdl.Metrics{CacheBlockSize: e.metrics.CacheBlockSize, CacheNumBlocks: e.metrics.CacheNumGPUBlocks}, nil)
 		}
 		if err := p.ours.PrepareRequestData(ctx, req, ours); err != nil {
-			return 0, 0, 0, 0, fmt.Errorf("%s: eppkit PrepareRequestData: %w", summary, err)
+			return counts{}, fmt.Errorf("%s: eppkit PrepareRequestData: %w", summary, err)
 		}
 		if err := p.upPrep.PrepareRequestData(ctx, ureq, ups); err != nil {
-			return 0, 0, 0, 0, fmt.Errorf("%s: upstream PrepareRequestData: %w", summary, err)
+			return counts{}, fmt.Errorf("%s: upstream PrepareRequestData: %w", summary, err)
 		}
 		if err := p.eff.PrepareRequestData(ctx, req, effs); err != nil {
-			return 0, 0, 0, 0, fmt.Errorf("%s: eppkit (effective) PrepareRequestData: %w", summary, err)
+			return counts{}, fmt.Errorf("%s: eppkit (effective) PrepareRequestData: %w", summary, err)
+		}
+		hashes, err := requestHashes(p, req)
+		if err != nil {
+			return counts{}, fmt.Errorf("%s: %w", summary, err)
 		}
 		oscores := p.ourSc.Score(ctx, nil, req, ours)
 		uscores := p.upScorer.Score(ctx, nil, ureq, ups)
+		var model *d2Model // built at the first mismatch D1 does not explain
 		for j, e := range eps {
 			o := oscores[e.md.Key()]
 			u := uscores[ups[j]]
 			om, ot := matchInfo(ours[j])
 			um, ut := upMatchInfo(ups[j])
 			em, et := matchInfo(effs[j])
-			compared++
-			if o != u || om != um || ot != ut {
-				if em == um && et == ut {
-					explained++
-					continue
-				}
-				if overflowed[e.md.Name] && um > om {
-					ghosts++
-					continue
-				}
-				mismatches++
-				fmt.Printf("MISMATCH seed=%d %s endpoint=%s: eppkit %v (%d/%d) upstream %v (%d/%d)\n",
-					seed, summary, e.md.Name, o, om, ot, u, um, ut)
+			c.Compared++
+			if o == u && om == um && ot == ut {
+				continue
 			}
+			if em == um && et == ut {
+				c.D1++
+				continue
+			}
+			if model == nil {
+				model = buildD2Model(hashes, p.eff.Index(), uv, names, ghostable)
+			}
+			if model.err == "" && ot == ut && model.matches[e.md.Name] == um {
+				c.D2++
+				if !model.hasGhost[e.md.Name] {
+					c.D2Cross++
+				}
+				continue
+			}
+			c.Unexplained++
+			fmt.Printf("MISMATCH seed=%d %s endpoint=%s: eppkit %v (%d/%d) upstream %v (%d/%d); D1 model %d/%d; D2 model %d (%s)\n",
+				seed, summary, e.md.Name, o, om, ot, u, um, ut, em, et, model.matches[e.md.Name], model.why())
 		}
 		// Both pick the same random endpoint; both record it.
 		t := rng.IntN(len(eps))
-		if _, total := matchInfo(ours[t]); total > upstreamCapacity(sh, eps[t]) {
-			overflowed[eps[t].md.Name] = true
+		if capacity := upstreamCapacity(sh, eps[t]); len(hashes) > capacity {
+			g := ghostable[eps[t].md.Name]
+			if g == nil {
+				g = map[uint64]bool{}
+				ghostable[eps[t].md.Name] = g
+			}
+			for _, h := range hashes[:len(hashes)-capacity] {
+				g[h] = true
+			}
 		}
 		p.ours.PreRequest(ctx, req, &framework.SchedulingResult{PrimaryProfileName: "default",
 			ProfileResults: map[string]*framework.ProfileRunResult{"default": {TargetEndpoints: []*framework.Endpoint{ours[t]}}}})
@@ -321,7 +347,7 @@ func runWorkload(seed int64, sh shape, n int) (int, int, int, int, error) {
 			ProfileResults: map[string]*ufw.ProfileRunResult{"default": {TargetEndpoints: []ufw.Endpoint{ups[t]}}}})
 		p.upWG.Wait()
 	}
-	return mismatches, explained, ghosts, compared, nil
+	return c, nil
 }
 
 // upstreamCapacity is the LRU size upstream v1.5.0 gives e (makeserver): num_gpu_blocks under
@@ -497,4 +523,136 @@ func benchmark() error {
 	fmt.Printf("  upstream approx-prefix-cache-producer: %s %s\n", upRes, upRes.MemString())
 	fmt.Printf("  ratio upstream/eppkit ns/op: %.2f\n", float64(upRes.NsPerOp())/float64(ourRes.NsPerOp()))
 	return nil
+}
+
+// counts are one workload's (or a whole run's) comparison results, in endpoint scores.
+type counts struct {
+	Compared    int // endpoint scores compared
+	D1          int // differing, reproduced by an eppkit producer with upstream's effective capacity
+	D2          int // differing, reproduced by that producer plus upstream's ghost blocks (d2Model)
+	D2Cross     int // of D2: on an endpoint holding none of the request's ghost blocks
+	Unexplained int // differing, explained by neither
+}
+
+func (c *counts) add(o counts) {
+	c.Compared += o.Compared
+	c.D1 += o.D1
+	c.D2 += o.D2
+	c.D2Cross += o.D2Cross
+	c.Unexplained += o.Unexplained
+}
+
+// requestHashes returns the block hashes eppkit's producer computed for req (its plugin state,
+// written by PrepareRequestData and deleted by PreRequest).
+func requestHashes(p *pair, req *framework.LLMRequest) ([]uint64, error) {
+	v, ok := p.ourState.Read(req.RequestID, p.ours.StateKey())
+	if !ok {
+		return nil, fmt.Errorf("eppkit producer wrote no plugin state")
+	}
+	st, ok := v.(*prefix.RequestState)
+	if !ok || st == nil {
+		return nil, fmt.Errorf("eppkit producer state has type %T", v)
+	}
+	return st.Hashes, nil
+}
+
+// upstreamView reads the state of upstream v1.5.0's indexer (approximateprefix/indexer.go:
+// hashToPods map[blockHash]podSet, podToLRU map[ServerID]*lru.Cache) by reflection, to tell a
+// ghost block (in hashToPods, not in the endpoint's LRU) from a held one. Reflection on the pinned
+// version's unexported fields; it panics if they change. Read only between requests, after the
+// indexer's goroutines have been waited on.
+type upstreamView struct {
+	hashToPods reflect.Value // map[blockHash]podSet
+	podToLRU   reflect.Value // map[ServerID]*lru.Cache[blockHash, struct{}]
+}
+
+func newUpstreamView(up uplugin.Plugin) upstreamView {
+	f := reflect.ValueOf(up).Elem().FieldByName("indexerInst")
+	if !f.IsValid() {
+		panic("upstream approx-prefix-cache-producer has no indexerInst field: re-check the pinned version")
+	}
+	ind := exposed(f).Elem().Elem() // interface -> *indexer -> indexer
+	v := upstreamView{hashToPods: exposed(ind.FieldByName("hashToPods")), podToLRU: exposed(ind.FieldByName("podToLRU"))}
+	if v.hashToPods.Kind() != reflect.Map || v.podToLRU.Kind() != reflect.Map {
+		panic("upstream indexer has no hashToPods/podToLRU maps: re-check the pinned version")
+	}
+	return v
+}
+
+// exposed returns an addressable field value without the read-only flag of an unexported field.
+func exposed(f reflect.Value) reflect.Value {
+	return reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem()
+}
+
+// holders returns the endpoint names hashToPods lists for h, split into those whose LRU holds h
+// and ghosts (whose LRU does not).
+func (v upstreamView) holders(h uint64) (held, ghost []string) {
+	set := v.hashToPods.MapIndex(reflect.ValueOf(h).Convert(v.hashToPods.Type().Key()))
+	if !set.IsValid() {
+		return nil, nil
+	}
+	for _, pod := range set.MapKeys() {
+		name := pod.FieldByName("Name").String()
+		l := v.podToLRU.MapIndex(pod)
+		if l.IsValid() && l.MethodByName("Contains").Call([]reflect.Value{reflect.ValueOf(h).Convert(v.hashToPods.Type().Key())})[0].Bool() {
+			held = append(held, name)
+		} else {
+			ghost = append(ghost, name)
+		}
+	}
+	slices.Sort(held)
+	slices.Sort(ghost)
+	return held, ghost
+}
+
+// d2Model is upstream's match for one request as D1 and D2 together predict it: the walk of SPEC
+// §2.2 over the eppkit index with upstream's effective capacity (D1), where a block also counts as
+// held by every endpoint upstream keeps it for as a ghost (D2). It is valid (err == "") only if
+// upstream's LRU-backed holders of every walked block equal that index's, and every ghost is one
+// D2 can create: a hash in the first len(hashes)−capacity of a request indexed on that endpoint
+// with more blocks than its upstream capacity.
+type d2Model struct {
+	matches  map[string]int  // endpoint name -> predicted MatchBlocks
+	hasGhost map[string]bool // endpoint name -> one of the walked blocks is its ghost
+	err      string
+}
+
+func (m *d2Model) why() string {
+	if m.err != "" {
+		return "invalid: " + m.err
+	}
+	return "valid"
+}
+
+func buildD2Model(hashes []uint64, eff *prefix.Index, uv upstreamView, names map[string]string, ghostable map[string]map[uint64]bool) *d2Model {
+	m := &d2Model{matches: map[string]int{}, hasGhost: map[string]bool{}}
+	for k, h := range hashes {
+		var live []string
+		for _, key := range eff.Holders(h) {
+			live = append(live, names[key])
+		}
+		slices.Sort(live)
+		held, ghost := uv.holders(h)
+		if !slices.Equal(live, held) {
+			m.err = fmt.Sprintf("block %d: upstream LRUs hold it on %v, the effective-capacity eppkit index on %v", k, held, live)
+			return m
+		}
+		for _, g := range ghost {
+			if !ghostable[g][h] {
+				m.err = fmt.Sprintf("block %d: upstream keeps it for %s, which no overflowing request explains", k, g)
+				return m
+			}
+			m.hasGhost[g] = true
+		}
+		if len(held)+len(ghost) == 0 {
+			break
+		}
+		for _, e := range held {
+			m.matches[e]++
+		}
+		for _, e := range ghost {
+			m.matches[e]++
+		}
+	}
+	return m
 }
