@@ -93,6 +93,10 @@ type Config struct {
 	// --target cluster`), so the pod garbage collector and the node lifecycle controller leave
 	// them alone. Kubeconfig and StateDir are not needed then.
 	NodeOnly bool
+	// ServerPort is the port of the kubelet API (pod port-forwarding; see serveAPI) on NodeIP,
+	// published as the node's daemonEndpoints.kubeletEndpoint (0 = a free port). Not served
+	// with NodeOnly.
+	ServerPort int
 	// Taints are set on the node at registration (e.g. NoSchedule so the scheduler places no
 	// pods on a NodeOnly node).
 	Taints []corev1.Taint
@@ -109,6 +113,7 @@ type Kubelet struct {
 	ips     map[netip.Addr]types.UID
 	nextIP  netip.Addr
 	wg      sync.WaitGroup
+	apiPort int // the kubelet API's port (0: not served)
 }
 
 // New validates cfg and returns a Kubelet. Errors name the field.
@@ -171,6 +176,11 @@ func (k *Kubelet) NodeName() string { return k.cfg.NodeName }
 func (k *Kubelet) Run(ctx context.Context) error {
 	if !k.cfg.NodeOnly {
 		k.killStale()
+		port, err := k.serveAPI(ctx)
+		if err != nil {
+			return err
+		}
+		k.apiPort = port
 	}
 	if err := k.registerNode(ctx); err != nil {
 		return err
@@ -352,7 +362,11 @@ func (k *Kubelet) writeNodeStatus(ctx context.Context, node *corev1.Node) error 
 			cond(corev1.NodeDiskPressure, corev1.ConditionFalse, "KubeletHasNoDiskPressure", "no disk pressure is modelled"),
 			cond(corev1.NodePIDPressure, corev1.ConditionFalse, "KubeletHasSufficientPID", "no PID pressure is modelled"),
 		},
-		Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: k.cfg.NodeIP}, {Type: corev1.NodeHostName, Address: k.cfg.NodeName}},
+		// InternalIP only: the API server dials the first address of its
+		// --kubelet-preferred-address-types (Hostname first by default) for port-forwarding, and
+		// the node name does not resolve.
+		Addresses:       []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: k.cfg.NodeIP}},
+		DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: int32(k.apiPort)}},
 		NodeInfo: corev1.NodeSystemInfo{KubeletVersion: "v1.37.2-" + Component, OperatingSystem: runtime.GOOS,
 			Architecture: runtime.GOARCH, ContainerRuntimeVersion: "eppkit-process://v1"},
 	}

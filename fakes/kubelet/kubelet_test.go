@@ -29,9 +29,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	"github.com/eppkit/eppkit/conformance/apiserver"
+	"github.com/eppkit/eppkit/conformance/cluster/portforward"
 	"github.com/eppkit/eppkit/fakes/kubelet"
 )
 
@@ -137,6 +139,7 @@ func runHelper(args []string) int {
 
 type env struct {
 	cs       kubernetes.Interface
+	rest     *rest.Config
 	ns       string
 	stateDir string
 	self     string
@@ -183,7 +186,7 @@ func startEnv(t *testing.T) *env {
 	if _, err := cp.Clientset.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	return &env{cs: cp.Clientset, ns: ns.Name, stateDir: state, self: self}
+	return &env{cs: cp.Clientset, rest: cp.RestConfig, ns: ns.Name, stateDir: state, self: self}
 }
 
 type testWriter struct{ t *testing.T }
@@ -380,6 +383,74 @@ func TestKubeletAgainstAPIServer(t *testing.T) {
 			if code, _ := get(t, "http://"+p.Status.PodIP+":8090/health"); code != 200 {
 				t.Errorf("%s /health = %d", p.Name, code)
 			}
+		}
+	})
+
+	t.Run("port-forward through the API server reaches the named pod (client-go tools/portforward)", func(t *testing.T) {
+		// Reuses same-a and same-b of the previous subtest: both listen on 8090, so only the
+		// pod name in the forward tells them apart.
+		node, err := e.cs.CoreV1().Nodes().Get(ctx, kubelet.DefaultNodeName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if node.Status.DaemonEndpoints.KubeletEndpoint.Port == 0 {
+			t.Fatalf("node publishes no kubelet endpoint port: %+v", node.Status.DaemonEndpoints)
+		}
+		for _, n := range []string{"same-a", "same-b"} {
+			e.waitPod(t, n, "Ready (tcp probe)", ready)
+		}
+		pool := portforward.NewPool(e.rest, testWriter{t})
+		t.Cleanup(pool.Close)
+		for _, n := range []string{"same-a", "same-b", "same-a"} {
+			addr, err := pool.Addr(ctx, portforward.Target{Namespace: e.ns, Pod: n, Port: 8090})
+			if err != nil {
+				t.Fatalf("forward to %s: %v", n, err)
+			}
+			// Two connections over one forward (a new stream pair each).
+			for i := 0; i < 2; i++ {
+				code, body := get(t, "http://"+addr+"/env")
+				var env map[string]string
+				if err := json.Unmarshal(body, &env); code != 200 || err != nil {
+					t.Fatalf("GET /env through %s (pod %s): %d %v %s", addr, n, code, err, body)
+				}
+				if env["POD_NAME"] != n {
+					t.Errorf("forward to %s reached pod %q", n, env["POD_NAME"])
+				}
+			}
+		}
+		if got := pool.Started(); got != 2 {
+			t.Errorf("pool started %d forwards for 2 targets, want 2 (one reused)", got)
+		}
+
+		// A port nothing listens on: the kubelet's dial error comes back on the error stream,
+		// the client drops the connection and the forward stops; the pool then starts anew.
+		dead := portforward.Target{Namespace: e.ns, Pod: "same-a", Port: 8091}
+		addr, err := pool.Addr(ctx, dead)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + addr + "/env"); err == nil {
+			resp.Body.Close()
+			t.Fatalf("GET through a forward to a closed port: HTTP %d, want a transport error", resp.StatusCode)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			addr2, err := pool.Addr(ctx, dead)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if addr2 != addr {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("forward to the closed port %s still running 10s after the dial error", dead)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+
+		// A pod that does not exist: the upgrade is refused and Start says so.
+		if _, err := portforward.Start(ctx, e.rest, portforward.Target{Namespace: e.ns, Pod: "no-such-pod", Port: 8090}, nil); err == nil {
+			t.Error("Start to a missing pod succeeded")
 		}
 	})
 
