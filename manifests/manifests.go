@@ -81,6 +81,11 @@ const (
 
 	// EnvoyBootstrapKey is the key of the bootstrap in the EnvoyConfigMap.
 	EnvoyBootstrapKey = "envoy.yaml"
+	// EnvoyRouteHeader is the response header every Envoy route adds: EnvoyRoutePicked when the
+	// request went to the EPP's pick, EnvoyRouteFailOpen when it bypassed a failed EPP.
+	EnvoyRouteHeader   = "x-eppkit-envoy-route"
+	EnvoyRoutePicked   = "picked"
+	EnvoyRouteFailOpen = "failopen"
 )
 
 // FS returns the embedded tree: k8s/..., envoy/envoy.yaml and kind/cluster.yaml.

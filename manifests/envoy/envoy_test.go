@@ -128,6 +128,17 @@ func TestBootstrapShape(t *testing.T) {
 				t.Errorf("listener failopen: first route must match on x-gateway-destination-endpoint being present, got %v", h)
 			}
 		}
+		// The e2e suite tells a routed request from a failed-open one by this header.
+		for _, r := range routes {
+			want := "picked"
+			if r.GetRoute().GetCluster() == "pool_failopen" {
+				want = "failopen"
+			}
+			hs := r.GetResponseHeadersToAdd()
+			if len(hs) != 1 || hs[0].GetHeader().GetKey() != manifests.EnvoyRouteHeader || hs[0].GetHeader().GetValue() != want {
+				t.Errorf("listener %s route %s: response_headers_to_add %v, want %s: %s", l.GetName(), r.GetName(), hs, manifests.EnvoyRouteHeader, want)
+			}
+		}
 		for _, c := range targets {
 			if clusters[c] == nil {
 				t.Errorf("listener %s routes to undefined cluster %q", l.GetName(), c)
