@@ -2,7 +2,6 @@ package equivalence_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -21,6 +20,7 @@ import (
 	"github.com/eppkit/eppkit/reference/plugins"
 	"github.com/eppkit/eppkit/reference/plugins/filters"
 	"github.com/eppkit/eppkit/reference/plugins/prefix"
+	"github.com/eppkit/eppkit/reference/plugins/prefixworkload"
 )
 
 // Workload size (the brief: at least 20 seeds × 500 requests).
@@ -255,8 +255,9 @@ func runWorkload(seed int64, legacyType string, n int, force func(*shape)) (d *d
 	logger := slog.New(slog.NewTextHandler(ginkgo.GinkgoWriter, &slog.HandlerOptions{Level: slog.LevelWarn}))
 
 	pl := &pool{}
-	w := newWorkload(rng, sh)
-	pl.eps = w.initialPool()
+	w := prefixworkload.New(rng, prefixworkload.Config{MaxBlocks: sh.MaxBlocks, PoolBlockSize: sh.PoolBlockSize,
+		SelectionHeader: sh.Filter == "header"})
+	pl.eps = w.InitialPool()
 
 	a, err := buildPipeline(ctx, sh.configYAML(legacyType, seed), seed, pl.list, logger)
 	if err != nil {
@@ -275,32 +276,32 @@ func runWorkload(seed int64, legacyType string, n int, force func(*shape)) (d *d
 
 	for i := range n {
 		// Churn: endpoints leave (both indexes are told, by key or by a sweep) and join.
-		if ev := w.churn(); ev != nil {
+		if ev := w.Churn(); ev != nil {
 			pl.mu.Lock()
-			pl.eps = w.poolMetadata()
+			pl.eps = w.PoolMetadata()
 			pl.mu.Unlock()
-			if ev.left != "" {
+			if ev.Left != "" {
 				st.Leaves++
-				if ev.bySweep {
+				if ev.BySweep {
 					ga, gb := a.sweep(), b.sweep()
 					if !slices.Equal(ga, gb) {
-						return &divergence{Request: i, What: "swept endpoints", Summary: "sweep after " + ev.left,
+						return &divergence{Request: i, What: "swept endpoints", Summary: "sweep after " + ev.Left,
 							Diff: cmp.Diff(ga, gb)}, st, nil
 					}
 				} else {
-					a.remove(ev.left)
-					b.remove(ev.left)
+					a.remove(ev.Left)
+					b.remove(ev.Left)
 				}
 			} else {
 				st.Joins++
 			}
 		}
-		req, summary := w.request(i)
+		req, summary := w.Request(i)
 		st.Requests++
 		if req.Body.ChatCompletions != nil {
 			st.Chat++
 		}
-		epsA, epsB := w.snapshot(), w.snapshot()
+		epsA, epsB := w.Snapshot(), w.Snapshot()
 		resA, errA := a.rt.Schedule(ctx, cloneRequest(req), epsA)
 		resB, errB := b.rt.Schedule(ctx, cloneRequest(req), epsB)
 		callsA, callsB := a.sink.take(), b.sink.take()
@@ -386,22 +387,4 @@ func cloneRequest(r *framework.LLMRequest) *framework.LLMRequest {
 		c.Body = &body
 	}
 	return &c
-}
-
-// jsonString returns s as a JSON string literal.
-func jsonString(s string) string {
-	b, err := json.Marshal(s)
-	if err != nil {
-		panic(err)
-	}
-	return string(b)
-}
-
-// mustJSON is for building chat content values the way a JSON decoder produces them.
-func mustJSON(s string) any {
-	var v any
-	if err := json.Unmarshal([]byte(s), &v); err != nil {
-		panic(err)
-	}
-	return v
 }

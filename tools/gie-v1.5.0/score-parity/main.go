@@ -21,7 +21,6 @@ import (
 	"reflect"
 	"runtime"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -39,6 +38,7 @@ import (
 	"github.com/eppkit/eppkit/reference/framework"
 	"github.com/eppkit/eppkit/reference/plugins/benchfixture"
 	"github.com/eppkit/eppkit/reference/plugins/prefix"
+	"github.com/eppkit/eppkit/reference/plugins/prefixworkload"
 )
 
 // upstreamEffectiveLRU is upstream v1.5.0's defaultLRUCapacityPerServer, the capacity its
@@ -64,12 +64,12 @@ func main() {
 			fmt.Fprintf(os.Stderr, "score-parity: run %d seed %d shape %+v: %v\n", r, s, sh, err)
 			os.Exit(2)
 		}
-		fmt.Printf("run %2d seed=%d shape=%+v: %d scores compared, %d differ by D1, %d by D2 (%d of them cross-endpoint), %d unexplained mismatches\n",
-			r, s, sh, c.Compared, c.D1, c.D2, c.D2Cross, c.Unexplained)
+		fmt.Printf("run %2d seed=%d shape=%+v: %d scores compared, %d differ by D1, %d by D2 (%d of them cross-endpoint), %d unexplained mismatches; %d endpoints left the pool\n",
+			r, s, sh, c.Compared, c.D1, c.D2, c.D2Cross, c.Unexplained, c.Leaves)
 		total.add(c)
 	}
-	fmt.Printf("score-parity: seed=%d: %d scores compared over %d workloads, %d equal, %d differ by D1 (upstream ignores lruCapacityPerServer), %d by D2 (upstream keeps blocks evicted within one request; %d of them on an endpoint holding no such block), %d unexplained mismatches\n",
-		*seed, total.Compared, *runs, total.Compared-total.D1-total.D2-total.Unexplained, total.D1, total.D2, total.D2Cross, total.Unexplained)
+	fmt.Printf("score-parity: seed=%d: %d scores compared over %d workloads, %d equal, %d differ by D1 (upstream ignores lruCapacityPerServer), %d by D2 (upstream keeps blocks evicted within one request; %d of them on an endpoint holding no such block), %d unexplained mismatches; %d endpoints left the pool\n",
+		*seed, total.Compared, *runs, total.Compared-total.D1-total.D2-total.Unexplained, total.D1, total.D2, total.D2Cross, total.Unexplained, total.Leaves)
 	if *bench {
 		if err := benchmark(); err != nil {
 			fmt.Fprintf(os.Stderr, "score-parity: benchmark: %v\n", err)
@@ -181,33 +181,10 @@ func upstreamWaitGroup(p uplugin.Plugin) *sync.WaitGroup {
 	return (*sync.WaitGroup)(unsafe.Pointer(f.UnsafeAddr()))
 }
 
-// endpoint is one pool member of the workload.
-type endpoint struct {
-	md      *framework.EndpointMetadata
-	metrics *framework.Metrics
-}
-
-var (
-	models = []string{"meta-llama/Llama-3.1-8B-Instruct", "sql-lora", "tweet-summary-lora", "Qwen/Qwen2.5-7B"}
-	salts  = []string{"", "", "", "tenant-a", "tenant-b"}
-)
-
-// text returns at least n bytes from the suites/equivalence alphabet (with <, >, &, quotes, é).
-// Unlike the suite, which draws bytes (so half an é can appear), it draws runes: a request body
-// is JSON, and a JSON decoder turns invalid UTF-8 into U+FFFD before any EPP hashes it, so raw
-// invalid bytes would compare the adapter's conversion rather than the two plugins.
-func text(rng *rand.Rand, n int) string {
-	alphabet := []rune("abcdefghij klmnopqrstuvwxyz ABC 0123 .,;:!? <>&\"'\n\té")
-	var b strings.Builder
-	for b.Len() < n {
-		b.WriteRune(alphabet[rng.IntN(len(alphabet))])
-	}
-	return b.String()
-}
-
-// runWorkload mirrors suites/equivalence/workload_test.go's generator (templates, chat and
-// completions shapes, models, salts, pool of 1–16 endpoints with optional small num_gpu_blocks,
-// shuffled candidate order) without pool churn, and returns (mismatches, scores compared).
+// runWorkload runs n requests of the suites/equivalence workload (reference/plugins/prefixworkload:
+// shared templates, chat and completions shapes, models, salts, a pool of 1–16 endpoints with
+// optional small num_gpu_blocks, shuffled candidate order, endpoints leaving and joining) through
+// both producers and scorers, and counts the compared scores by outcome.
 //
 // D1 (reports/interop/score-parity.md): upstream v1.5.0's PreRequest builds the indexed server
 // with NumOfGPUBlocks = defaultLRUCapacityPerServer (31250) unless autoTune and the endpoint
@@ -220,8 +197,12 @@ func text(rng *rand.Rand, n int) string {
 // the evicted hash from hashToPods) and then adds every hash to hashToPods, so when one request
 // has more blocks than the endpoint's capacity, the blocks evicted during that same Add stay in
 // hashToPods with no LRU entry to ever evict them ("ghost" blocks). eppkit's index holds only what
-// the LRU holds (SPEC §2.2). A mismatch is counted as D2 only when the endpoint was once indexed
-// with more blocks than its capacity and upstream matches more blocks than eppkit.
+// the LRU holds (SPEC §2.2). The ghosts change matches in two ways: the endpoint itself matches
+// its ghost blocks, and, because a walk stops only at a block no endpoint holds (SPEC §2.2,
+// upstream matchLongestPrefix), a ghost block 0 (or k) keeps upstream's walk going where eppkit's
+// stops, crediting other endpoints with the blocks they hold after it. A mismatch is counted as D2
+// only when d2Model, built from the D1 producer's index plus upstream's ghost entries (each of
+// which must come from an overflowing request), reproduces upstream's MatchBlocks exactly.
 func runWorkload(seed int64, sh shape, n int) (counts, error) {
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x5eed))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -230,58 +211,47 @@ func runWorkload(seed int64, sh shape, n int) (counts, error) {
 	if err != nil {
 		return counts{}, err
 	}
-	var templates []string
-	for i := range 7 {
-		switch i {
-		case 0:
-			templates = append(templates, "")
-		case 1:
-			templates = append(templates, text(rng, 3))
-		default:
-			templates = append(templates, text(rng, 100+rng.IntN(1900)))
+	w := prefixworkload.New(rng, prefixworkload.Config{MaxBlocks: sh.MaxBlocks, PoolBlockSize: sh.PoolBlockSize, ValidUTF8: true})
+	w.InitialPool()
+	mds := map[string]*framework.EndpointMetadata{} // by Key(), every endpoint ever in the pool
+	names := map[string]string{}                    // by Key(): Name
+	remember := func() {
+		for _, e := range w.InPool() {
+			mds[e.Metadata.Key()], names[e.Metadata.Key()] = e.Metadata, e.Metadata.Name
 		}
 	}
-	var eps []*endpoint
-	for i := range 1 + rng.IntN(16) {
-		name := fmt.Sprintf("vllm-%02d", i)
-		e := &endpoint{md: &framework.EndpointMetadata{Namespace: "eq", Name: name, PodName: name,
-			Address: fmt.Sprintf("10.1.0.%d", i+1), Port: 8000},
-			metrics: &framework.Metrics{CacheBlockSize: sh.PoolBlockSize}}
-		if rng.IntN(2) == 0 {
-			e.metrics.CacheNumGPUBlocks = max(1, sh.MaxBlocks*(1+rng.IntN(8))/2)
-		}
-		eps = append(eps, e)
-	}
+	remember()
 	var c counts
 	// ghostable[name] holds the hashes upstream may keep as ghosts for that endpoint (D2): the
 	// first len(hashes)−capacity hashes of every request indexed on it with more blocks than its
 	// upstream capacity.
 	ghostable := map[string]map[uint64]bool{}
-	names := map[string]string{} // endpoint key -> name
-	for _, e := range eps {
-		names[e.md.Key()] = e.md.Name
-	}
 	uv := newUpstreamView(p.up)
 	for i := range n {
-		rng.Shuffle(len(eps), func(a, b int) { eps[a], eps[b] = eps[b], eps[a] })
-		req, summary, err := genRequest(rng, i, templates)
-		if err != nil {
-			return counts{}, err
+		// Churn: an endpoint that leaves is removed from all three indexes at once (upstream
+		// removes it with indexer.RemovePod, what its CleanUpInactivePods runs every 2 min).
+		if ev := w.Churn(); ev != nil && ev.Left != "" {
+			c.Leaves++
+			p.ours.RemoveEndpoint(ev.Left)
+			p.eff.RemoveEndpoint(ev.Left)
+			md := mds[ev.Left]
+			uv.removePod(types.NamespacedName{Namespace: md.Namespace, Name: md.Name})
 		}
+		req, summary := w.Request(i)
+		eps := w.InPool()
+		remember()
 		ureq, err := toUpstream(req)
 		if err != nil {
 			return counts{}, fmt.Errorf("%s: %w", summary, err)
 		}
-		ours := make([]*framework.Endpoint, len(eps))
-		effs := make([]*framework.Endpoint, len(eps))
+		ours, effs := w.Snapshot(), w.Snapshot()
 		ups := make([]ufw.Endpoint, len(eps))
 		for j, e := range eps {
-			ours[j] = framework.NewEndpoint(e.md, e.metrics.Clone())
-			effs[j] = framework.NewEndpoint(e.md, e.metrics.Clone())
+			md := e.Metadata
 			ups[j] = ufw.NewEndpoint(&fwkdl.EndpointMetadata{
-				NamespacedName: types.NamespacedName{Namespace: e.md.Namespace, Name: e.md.Name},
-				PodName:        e.md.PodName, Address: e.md.Address, Port: fmt.Sprint(e.md.Port)},
-				&fwkdl.Metrics{CacheBlockSize: e.metrics.CacheBlockSize, CacheNumBlocks: e.metrics.CacheNumGPUBlocks}, nil)
+				NamespacedName: types.NamespacedName{Namespace: md.Namespace, Name: md.Name},
+				PodName:        md.PodName, Address: md.Address, Port: fmt.Sprint(md.Port)},
+				&fwkdl.Metrics{CacheBlockSize: e.Metrics.CacheBlockSize, CacheNumBlocks: e.Metrics.CacheNumGPUBlocks}, nil)
 		}
 		if err := p.ours.PrepareRequestData(ctx, req, ours); err != nil {
 			return counts{}, fmt.Errorf("%s: eppkit PrepareRequestData: %w", summary, err)
@@ -300,7 +270,7 @@ func runWorkload(seed int64, sh shape, n int) (counts, error) {
 		uscores := p.upScorer.Score(ctx, nil, ureq, ups)
 		var model *d2Model // built at the first mismatch D1 does not explain
 		for j, e := range eps {
-			o := oscores[e.md.Key()]
+			o := oscores[e.Metadata.Key()]
 			u := uscores[ups[j]]
 			om, ot := matchInfo(ours[j])
 			um, ut := upMatchInfo(ups[j])
@@ -316,24 +286,24 @@ func runWorkload(seed int64, sh shape, n int) (counts, error) {
 			if model == nil {
 				model = buildD2Model(hashes, p.eff.Index(), uv, names, ghostable)
 			}
-			if model.err == "" && ot == ut && model.matches[e.md.Name] == um {
+			if model.err == "" && ot == ut && model.matches[e.Metadata.Name] == um {
 				c.D2++
-				if !model.hasGhost[e.md.Name] {
+				if !model.hasGhost[e.Metadata.Name] {
 					c.D2Cross++
 				}
 				continue
 			}
 			c.Unexplained++
 			fmt.Printf("MISMATCH seed=%d %s endpoint=%s: eppkit %v (%d/%d) upstream %v (%d/%d); D1 model %d/%d; D2 model %d (%s)\n",
-				seed, summary, e.md.Name, o, om, ot, u, um, ut, em, et, model.matches[e.md.Name], model.why())
+				seed, summary, e.Metadata.Name, o, om, ot, u, um, ut, em, et, model.matches[e.Metadata.Name], model.why())
 		}
 		// Both pick the same random endpoint; both record it.
 		t := rng.IntN(len(eps))
 		if capacity := upstreamCapacity(sh, eps[t]); len(hashes) > capacity {
-			g := ghostable[eps[t].md.Name]
+			g := ghostable[eps[t].Metadata.Name]
 			if g == nil {
 				g = map[uint64]bool{}
-				ghostable[eps[t].md.Name] = g
+				ghostable[eps[t].Metadata.Name] = g
 			}
 			for _, h := range hashes[:len(hashes)-capacity] {
 				g[h] = true
@@ -352,9 +322,9 @@ func runWorkload(seed int64, sh shape, n int) (counts, error) {
 
 // upstreamCapacity is the LRU size upstream v1.5.0 gives e (makeserver): num_gpu_blocks under
 // autoTune when reported, else 31250.
-func upstreamCapacity(sh shape, e *endpoint) int {
-	if sh.AutoTune && e.metrics.CacheNumGPUBlocks > 0 {
-		return e.metrics.CacheNumGPUBlocks
+func upstreamCapacity(sh shape, e *prefixworkload.Endpoint) int {
+	if sh.AutoTune && e.Metrics.CacheNumGPUBlocks > 0 {
+		return e.Metrics.CacheNumGPUBlocks
 	}
 	return upstreamEffectiveLRU
 }
@@ -377,45 +347,6 @@ func upMatchInfo(ep ufw.Endpoint) (int, int) {
 		return -1, -1
 	}
 	return info.MatchBlocks(), info.TotalBlocks()
-}
-
-// genRequest draws a request as suites/equivalence does: a shared template prefix plus a random
-// suffix, 40% chat (string content, content blocks with extra fields, or a JSON-array content
-// after a null assistant message), 60% completions; random model and cache salt.
-func genRequest(rng *rand.Rand, i int, templates []string) (*framework.LLMRequest, string, error) {
-	tpl := rng.IntN(len(templates))
-	prefixText := templates[tpl]
-	suffix := text(rng, rng.IntN(400))
-	model := models[rng.IntN(len(models))]
-	salt := salts[rng.IntN(len(salts))]
-	req := &framework.LLMRequest{RequestID: fmt.Sprintf("req-%04d", i), TargetModel: model,
-		Headers: map[string]string{}, Body: &framework.LLMRequestBody{}}
-	kind := "completions"
-	if rng.IntN(5) < 2 {
-		kind = "chat"
-		msgs := []framework.Message{{Role: "system", Content: prefixText}}
-		switch v := rng.IntN(3); v {
-		case 0:
-			msgs = append(msgs, framework.Message{Role: "user", Content: suffix})
-		case 1:
-			msgs = append(msgs, framework.Message{Role: "user", Content: []any{
-				map[string]any{"type": "text", "text": suffix, "cache_control": map[string]any{"type": "ephemeral"}},
-			}})
-		default:
-			js, _ := json.Marshal(suffix)
-			var blocks any
-			if err := json.Unmarshal([]byte(`[{"type":"text","text":`+string(js)+`}]`), &blocks); err != nil {
-				return nil, "", err
-			}
-			msgs = append(msgs, framework.Message{Role: "assistant", Content: nil},
-				framework.Message{Role: "user", Content: blocks})
-		}
-		kind = fmt.Sprintf("chat/%d", len(msgs))
-		req.Body.ChatCompletions = &framework.ChatCompletionsRequest{Messages: msgs, CacheSalt: salt}
-	} else {
-		req.Body.Completions = &framework.CompletionsRequest{Prompt: prefixText + suffix, CacheSalt: salt}
-	}
-	return req, fmt.Sprintf("%s %s model=%s salt=%q template=%d suffix=%d", req.RequestID, kind, model, salt, tpl, len(suffix)), nil
 }
 
 // toUpstream converts a request the way upstream receives it: our body is encoded as the OpenAI
@@ -532,6 +463,7 @@ type counts struct {
 	D2          int // differing, reproduced by that producer plus upstream's ghost blocks (d2Model)
 	D2Cross     int // of D2: on an endpoint holding none of the request's ghost blocks
 	Unexplained int // differing, explained by neither
+	Leaves      int // endpoints that left the pool (and every index)
 }
 
 func (c *counts) add(o counts) {
@@ -540,6 +472,7 @@ func (c *counts) add(o counts) {
 	c.D2 += o.D2
 	c.D2Cross += o.D2Cross
 	c.Unexplained += o.Unexplained
+	c.Leaves += o.Leaves
 }
 
 // requestHashes returns the block hashes eppkit's producer computed for req (its plugin state,
@@ -562,6 +495,7 @@ func requestHashes(p *pair, req *framework.LLMRequest) ([]uint64, error) {
 // version's unexported fields; it panics if they change. Read only between requests, after the
 // indexer's goroutines have been waited on.
 type upstreamView struct {
+	indexer    reflect.Value // *indexer
 	hashToPods reflect.Value // map[blockHash]podSet
 	podToLRU   reflect.Value // map[ServerID]*lru.Cache[blockHash, struct{}]
 }
@@ -571,8 +505,9 @@ func newUpstreamView(up uplugin.Plugin) upstreamView {
 	if !f.IsValid() {
 		panic("upstream approx-prefix-cache-producer has no indexerInst field: re-check the pinned version")
 	}
-	ind := exposed(f).Elem().Elem() // interface -> *indexer -> indexer
-	v := upstreamView{hashToPods: exposed(ind.FieldByName("hashToPods")), podToLRU: exposed(ind.FieldByName("podToLRU"))}
+	ptr := exposed(f).Elem() // interface -> *indexer
+	ind := ptr.Elem()
+	v := upstreamView{indexer: ptr, hashToPods: exposed(ind.FieldByName("hashToPods")), podToLRU: exposed(ind.FieldByName("podToLRU"))}
 	if v.hashToPods.Kind() != reflect.Map || v.podToLRU.Kind() != reflect.Map {
 		panic("upstream indexer has no hashToPods/podToLRU maps: re-check the pinned version")
 	}
@@ -655,4 +590,11 @@ func buildD2Model(hashes []uint64, eff *prefix.Index, uv upstreamView, names map
 		}
 	}
 	return m
+}
+
+// removePod calls upstream's indexer.RemovePod (approximateprefix/indexer.go), the removal its
+// CleanUpInactivePods makes for a pod that left the pool.
+func (v upstreamView) removePod(nn types.NamespacedName) {
+	m := v.indexer.MethodByName("RemovePod")
+	m.Call([]reflect.Value{reflect.ValueOf(nn).Convert(m.Type().In(0))})
 }
