@@ -81,6 +81,9 @@ type HarnessConfig struct {
 	// NoTarget starts no endpoint source and no EPP: the gateway runs in round-robin mode over
 	// the fleet (the benchmark baseline). Target and Source are then ignored.
 	NoTarget bool
+	// StartFleet, when set, starts the model servers instead of the fake vLLM fleet (`eppkit
+	// conformance --fleet sim`); FleetPort, DistinctPorts and FleetOverride are then ignored.
+	StartFleet FleetStarter
 }
 
 // HarnessError says which stage of StartHarness failed; the CLI exits 2 on it.
@@ -119,7 +122,7 @@ func StartHarness(ctx context.Context, cfg HarnessConfig) (s *Suite, err error) 
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s = &Suite{Timeouts: cfg.Timeouts, Seed: cfg.Seed, ModelName: cfg.ModelName, TargetTLS: cfg.TargetTLS}
+	s = &Suite{Timeouts: cfg.Timeouts, Seed: cfg.Seed, ModelName: cfg.ModelName, TargetTLS: cfg.TargetTLS, cfg: cfg}
 	if cfg.NoTarget {
 		s.TargetName = gateway.ModeRoundRobin.String()
 	} else {
@@ -145,25 +148,16 @@ func StartHarness(ctx context.Context, cfg HarnessConfig) (s *Suite, err error) 
 			s.LoRAAdapters[i] = append(s.LoRAAdapters[i], "conformance-lora-"+strconv.Itoa(i)+"-"+strconv.Itoa(j))
 		}
 	}
-	log.Info("starting fake vLLM fleet", "count", cfg.FleetSize, "model", cfg.ModelName)
-	s.Fleet, err = fleet.Start(fleet.Options{
-		Count: cfg.FleetSize, Base: base, Port: cfg.FleetPort, DistinctPorts: cfg.DistinctPorts, NamePrefix: "conformance-",
-		PerServer: func(i int, c *vllm.Config) {
-			c.Seed = cfg.Seed + int64(i)
-			for _, a := range s.LoRAAdapters[i] {
-				c.LoraModules = append(c.LoraModules, vllm.LoraModule{Name: a})
-			}
-			if cfg.FleetOverride != nil {
-				cfg.FleetOverride(i, c)
-			}
-		},
-	})
-	if err != nil {
-		return s, &HarnessError{Stage: "fleet", Err: err}
-	}
 	fctx, cancel := context.WithTimeout(ctx, cfg.Timeouts.HarnessStart.D())
 	defer cancel()
-	if err := s.Fleet.WaitHealthy(fctx); err != nil {
+	if cfg.StartFleet != nil {
+		log.Info("starting the external fleet", "count", cfg.FleetSize, "model", cfg.ModelName)
+		s.External, err = cfg.StartFleet(fctx, FleetSpec{Count: cfg.FleetSize, ModelName: cfg.ModelName,
+			Adapters: s.LoRAAdapters, MaxNumSeqs: base.MaxNumSeqs, Seed: cfg.Seed, LogDir: cfg.LogDir, Logger: log})
+		if err != nil {
+			return s, &HarnessError{Stage: "fleet", Err: err}
+		}
+	} else if err := s.startFakeFleet(fctx, cfg, base, log); err != nil {
 		return s, &HarnessError{Stage: "fleet", Err: err}
 	}
 
@@ -302,4 +296,28 @@ func (s *Suite) Close() {
 	if s.Fleet != nil {
 		s.Fleet.Close()
 	}
+	if s.External != nil {
+		s.External.Close()
+	}
+}
+
+// startFakeFleet starts the fake vLLM fleet (fakes/fleet) and waits until it is healthy.
+func (s *Suite) startFakeFleet(ctx context.Context, cfg HarnessConfig, base vllm.Config, log *slog.Logger) (err error) {
+	log.Info("starting fake vLLM fleet", "count", cfg.FleetSize, "model", cfg.ModelName)
+	s.Fleet, err = fleet.Start(fleet.Options{
+		Count: cfg.FleetSize, Base: base, Port: cfg.FleetPort, DistinctPorts: cfg.DistinctPorts, NamePrefix: "conformance-",
+		PerServer: func(i int, c *vllm.Config) {
+			c.Seed = cfg.Seed + int64(i)
+			for _, a := range s.LoRAAdapters[i] {
+				c.LoraModules = append(c.LoraModules, vllm.LoraModule{Name: a})
+			}
+			if cfg.FleetOverride != nil {
+				cfg.FleetOverride(i, c)
+			}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	return s.Fleet.WaitHealthy(ctx)
 }

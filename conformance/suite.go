@@ -30,8 +30,11 @@ type Suite struct {
 	// Gateway is the fake gateway (strict mode) in front of the target: send requests through it
 	// with s.Gateway.Do(ctx, &gateway.Request{...}); the Result names the endpoint that served.
 	Gateway *gateway.Gateway
-	// Fleet is the fake vLLM fleet behind the pool.
+	// Fleet is the fake vLLM fleet behind the pool; nil when External serves it.
 	Fleet *fleet.Fleet
+	// External is the pool's model servers when the run uses an ExternalFleet
+	// (HarnessConfig.StartFleet, e.g. llm-d-inference-sim); nil with the fake fleet.
+	External ExternalFleet
 	// ModelName is the base model every fleet member serves.
 	ModelName string
 	// LoRAAdapters are the adapter names each member serves, indexed like Fleet.Members(); every
@@ -57,6 +60,7 @@ type Suite struct {
 	httpOnce sync.Once
 	http     *http.Client
 
+	cfg           HarnessConfig // as StartHarness ran with (defaults filled in)
 	target        Target
 	source        EndpointSource
 	predictor     *PredictorSidecar
@@ -67,6 +71,13 @@ type Suite struct {
 // Endpoints returns the pool's endpoint addresses (ip:port of each fleet member's rank 0), in
 // member order.
 func (s *Suite) Endpoints() []string {
+	if s.External != nil {
+		var out []string
+		for _, m := range s.External.Members() {
+			out = append(out, m.Addr)
+		}
+		return out
+	}
 	if s.Fleet == nil {
 		return nil
 	}
@@ -103,21 +114,52 @@ func (s *Suite) httpClient() *http.Client {
 	return s.http
 }
 
-// member returns the fleet member serving addr (ip:port), or fails the test.
-func (s *Suite) member(t TestingT, addr string) *fleet.Member {
+// member fails the test unless addr (ip:port) is a member of the pool.
+func (s *Suite) member(t TestingT, addr string) {
 	t.Helper()
-	for _, m := range s.Fleet.Members() {
-		if m.Addr() == addr {
-			return m
+	for _, a := range s.Endpoints() {
+		if a == addr {
+			return
 		}
 	}
 	t.Fatalf("no fleet member at %s (pool: %v)", addr, s.Endpoints())
-	return nil
+}
+
+// PodAddr returns the ip:port of the model server whose pod name (its x-inference-pod response
+// header) is name, and false when no member has that name.
+func (s *Suite) PodAddr(name string) (string, bool) {
+	if s.External != nil {
+		for _, m := range s.External.Members() {
+			if m.Name == name {
+				return m.Addr, true
+			}
+		}
+		return "", false
+	}
+	if s.Fleet == nil {
+		return "", false
+	}
+	for _, m := range s.Fleet.Members() {
+		if m.Name == name {
+			return m.Addr(), true
+		}
+	}
+	return "", false
+}
+
+// DistinctIPs reports whether every model server of the pool has its own IP (false when the fake
+// fleet fell back to distinct ports on 127.0.0.1).
+func (s *Suite) DistinctIPs() bool {
+	if s.External != nil {
+		return s.External.DistinctIPs()
+	}
+	return s.Fleet != nil && s.Fleet.Loopback()
 }
 
 // PinMetrics pins the metrics the fake at addr (ip:port) reports, through its admin API
-// (POST /admin/config "fake-metrics"), and unpins them in t.Cleanup. It does not wait for the EPP
-// to scrape them: use MustEventually or wait Timeouts.MetricsPropagation.
+// (POST /admin/config "fake-metrics"), and unpins them in t.Cleanup (null for the fakes, which
+// then report their live load again; ExternalFleet.UnpinMetrics for an external fleet). It does
+// not wait for the EPP to scrape them: use MustEventually or wait Timeouts.MetricsPropagation.
 func (s *Suite) PinMetrics(t TestingT, addr string, m vllm.FakeMetrics) {
 	t.Helper()
 	s.member(t, addr)
@@ -125,7 +167,11 @@ func (s *Suite) PinMetrics(t TestingT, addr string, m vllm.FakeMetrics) {
 		t.Fatalf("pin metrics on %s: %v", addr, err)
 	}
 	t.Cleanup(func() {
-		if err := s.postAdmin(addr, map[string]any{"fake-metrics": nil}); err != nil {
+		var unpin any
+		if s.External != nil {
+			unpin = s.External.UnpinMetrics()
+		}
+		if err := s.postAdmin(addr, map[string]any{"fake-metrics": unpin}); err != nil {
 			t.Errorf("unpin metrics on %s: %v", addr, err)
 		}
 	})

@@ -209,7 +209,7 @@ func hostOf(addr string) string {
 // distinct-port fallback): rules that match endpoints by IP cannot be told apart there.
 func requireLoopbackFleet(t conformance.TestingT, s *conformance.Suite) {
 	t.Helper()
-	if !s.Fleet.Loopback() {
+	if !s.DistinctIPs() {
 		t.Fatalf("precondition: this test needs fleet members on distinct IPs (127.0.10.x); this host fell back to distinct ports on 127.0.0.1, where matching by IP cannot tell endpoints apart")
 	}
 }

@@ -32,6 +32,9 @@ func runReferenceStaleEndpointFiltered(t conformance.TestingT, s *conformance.Su
 	r := s.Rand(t)
 	idx := r.IntN(len(pool))
 	stale := pool[idx]
+	if s.Fleet == nil {
+		t.Fatalf("precondition: this test stops a model server's metrics endpoint, which needs the in-process fake fleet (this run uses an external fleet)")
+	}
 	m := s.Fleet.Member(idx)
 	if m.Addr() != stale {
 		t.Fatalf("fleet member %d is at %s, the pool lists %s", idx, m.Addr(), stale)

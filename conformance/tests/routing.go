@@ -53,12 +53,7 @@ func sendWithHeaders(s *conformance.Suite, path string, body []byte, headers map
 	}
 	// The model server's identity header must agree with where the gateway sent the request.
 	if res.ServedPod != "" {
-		var addr string
-		for _, m := range s.Fleet.Members() {
-			if m.Name == res.ServedPod {
-				addr = m.Addr()
-			}
-		}
+		addr, _ := s.PodAddr(res.ServedPod)
 		if addr != res.Endpoint {
 			return "", fmt.Errorf("x-inference-pod %q (%s) disagrees with the gateway's endpoint %s", res.ServedPod, addr, res.Endpoint)
 		}
