@@ -135,7 +135,27 @@ var Tools = map[string]Tool{
 			{Name: "lwepp", Package: GIEModule + "/cmd/lwepp", LDFlags: "-s -w"},
 		},
 	},
+	// llm-d-inference-sim, the vLLM simulator of the llm-d project: the model servers of the
+	// `make interop-sim` run (internal/simfleet starts one per network namespace). It has no cgo
+	// of its own; its tokenizer calls huggingface.co only for a model name that exists there,
+	// which --force-dummy-tokenizer turns off (pkg/tokenizer/tokenizer.go, New).
+	SimTool: {
+		Name: SimTool, Version: SimVersion,
+		Description: "the vLLM simulator (cmd/llm-d-inference-sim) of " + SimModule + " " + SimVersion,
+		Artifacts: []Artifact{
+			{Name: SimBinary, Package: SimModule + "/cmd/llm-d-inference-sim", LDFlags: "-s -w"},
+		},
+	},
 }
+
+// SimTool is the Tools key of llm-d-inference-sim (module tools/sim-v0.10.2, cache sim-v0.10.2/),
+// SimModule and SimVersion the pinned upstream module, SimBinary its one artifact.
+const (
+	SimTool    = "sim"
+	SimModule  = "github.com/llm-d/llm-d-inference-sim"
+	SimVersion = "v0.10.2"
+	SimBinary  = "llm-d-inference-sim"
+)
 
 // GIE160Tool is the Tools key of the GIE v1.6.0 build (cmd/lwepp), and GIE160Version its version.
 const (

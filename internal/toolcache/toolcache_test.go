@@ -70,7 +70,7 @@ func TestCacheRootAndPath(t *testing.T) {
 		t.Fatalf("Path = %q, %v; want %q", got, err, want)
 	}
 	for _, tc := range []struct{ tool, artifact, wantErr string }{
-		{"nope", "x", `unknown tool "nope" (have gie, gie-v1.6.0, k8s)`},
+		{"nope", "x", `unknown tool "nope" (have gie, gie-v1.6.0, k8s, sim)`},
 		{"k8s", "kubelet", `tool k8s has no artifact "kubelet"`},
 		{"gie-v1.6.0", "epp", `tool gie-v1.6.0 has no artifact "epp"`},
 	} {
