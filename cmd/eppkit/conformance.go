@@ -59,6 +59,7 @@ type conformanceFlags struct {
 	reportDir, timeoutConfig, command, address, healthAddress  string
 	targetTLS, configFile, logDir                              string
 	healthTLS, expectFailures, publishDir, readinessProbe      string
+	fleet, simBinary                                           string
 	org, project, url, implVersion                             string
 	contact                                                    []string
 	seed                                                       int64
@@ -125,6 +126,8 @@ table and a Reproduce section), ready to copy into GIE's conformance/reports/.`,
 	fl.Int64Var(&f.seed, "seed", 0, "seed for the fakes and the tests (0 = from the clock; EPPKIT_SEED overrides)")
 	fl.IntVar(&f.fleetSize, "fleet-size", conformance.DefaultFleetSize, "number of fake vLLM servers in the pool")
 	fl.IntVar(&f.fleetPort, "fleet-port", 0, "port every fake vLLM server listens on, on 127.0.10.1..N (0 = a free port); fix it to preconfigure an --address target")
+	fl.StringVar(&f.fleet, "fleet", "fake", "the pool's model servers: fake (in-process fake vLLM servers on 127.0.10.x) or sim (llm-d-inference-sim processes, one per network namespace; needs root and iproute2, `eppkit tools build sim`)")
+	fl.StringVar(&f.simBinary, "sim-binary", "", "llm-d-inference-sim binary for --fleet sim (default: the cached `eppkit tools build sim`)")
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return badFlags("%v", err) })
 	cmd.AddCommand(newCatalogueCommand())
 	return cmd
@@ -158,6 +161,8 @@ type runPlan struct {
 	meta     conformance.ReportMeta
 	seed     int64
 	expect   conformance.ExpectedFailures
+	// startFleet is nil for the fake fleet (--fleet fake).
+	startFleet conformance.FleetStarter
 }
 
 // parseHealthTLS parses --target-health-tls; set is false when it is empty (health is dialled
@@ -238,6 +243,9 @@ func plan(f conformanceFlags, tests []conformance.ConformanceTest) (*runPlan, er
 	if f.fleetPort < 0 || f.fleetPort > 65535 {
 		return nil, badFlags("--fleet-port: must be a port in [0,65535], got %d", f.fleetPort)
 	}
+	if p.startFleet, err = fleetStarter(f); err != nil {
+		return nil, err
+	}
 	p.meta = conformance.ReportMeta{
 		Implementation: confv1.Implementation{Organization: f.org, Project: f.project, URL: f.url, Version: f.implVersion, Contact: f.contact},
 		EppkitVersion:  version,
@@ -301,6 +309,7 @@ func runConformance(cmd *cobra.Command, f conformanceFlags) error {
 			ReadinessHeadersOnly: f.readinessProbe == "headers-only", Source: p.source, Eppkit: eppkit, ConfigFile: f.configFile,
 			NoPredictorSidecar: !conformance.NeedsPredictorSidecar(running),
 			LogDir:             f.logDir, Timeouts: p.timeouts, Seed: p.seed, FleetSize: f.fleetSize, FleetPort: f.fleetPort, Logger: logger,
+			StartFleet: p.startFleet,
 		})
 		if err != nil {
 			return &exitError{code: exitHarness, err: fmt.Errorf("the harness could not start: %w", err)}
@@ -361,6 +370,9 @@ func reproduceLines(f conformanceFlags) []string {
 	lines := []string{"make build"}
 	if f.source == "apiserver" {
 		lines = append(lines, "./bin/eppkit tools build k8s && ./bin/eppkit tools build gie --only crds")
+	}
+	if f.fleet == "sim" && f.simBinary == "" {
+		lines = append(lines, "./bin/eppkit tools build sim")
 	}
 	args := []string{"./bin/eppkit"}
 	for _, a := range os.Args[1:] {

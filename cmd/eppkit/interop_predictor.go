@@ -42,7 +42,7 @@ func newInteropCommand() *cobra.Command {
 		Use:   "interop",
 		Short: "Interop checks against upstream binaries that are not conformance tests (make interop)",
 	}
-	cmd.AddCommand(newPredictorParityCommand())
+	cmd.AddCommand(newPredictorParityCommand(), newSimPreflightCommand())
 	return cmd
 }
 
