@@ -61,7 +61,7 @@ func (f *serveFlags) register(fl *pflag.FlagSet, defaultRate string) {
 	fl.IntVar(&f.maxModelLen, "max-model-len", bench.DefaultMaxModelLen, "context window of the fakes, tokens")
 	fl.IntVar(&f.inputLen, "input-len", 0, "random, multi-lora: mean prompt tokens (default 512)")
 	fl.IntVar(&f.outputLen, "output-len", 0, "output tokens per request (default 32)")
-	fl.Float64Var(&f.rangeRatio, "range-ratio", 0, "random, multi-lora: lengths uniform in len×(1±ratio) (default 0.5)")
+	fl.Float64Var(&f.rangeRatio, "range-ratio", 0, "random, multi-lora: lengths uniform in len×(1±ratio) (default 0.5); shared-prefix: question and output lengths (default 0: fixed)")
 	fl.IntVar(&f.maxOutputLen, "max-output-len", 0, "sharegpt: cap on output tokens (default 128)")
 	fl.IntVar(&f.groups, "groups", 0, "shared-prefix: number of system prompts (default 32)")
 	fl.IntVar(&f.promptsPerGroup, "prompts-per-group", 0, "shared-prefix: questions per system prompt (default 16)")

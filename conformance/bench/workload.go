@@ -49,7 +49,7 @@ const (
 	WorkloadShareGPT         = "sharegpt"
 )
 
-// maxDistinctTokens bounds the text a generator keeps in memory (about 7 bytes per token).
+// maxDistinctTokens bounds the text a generator keeps in memory (about 4 bytes per token).
 const maxDistinctTokens = 50_000_000
 
 // WorkloadNames lists the generators, in documentation order.
@@ -64,7 +64,11 @@ type Spec struct {
 	Seed int64 `json:"seed"`
 
 	// random: input and output lengths are uniform in [len×(1−RangeRatio), len×(1+RangeRatio)]
-	// (vLLM's --random-input-len, --random-output-len, --random-range-ratio).
+	// (vLLM's --random-input-len, --random-output-len, --random-range-ratio). shared-prefix:
+	// each question's length and each request's output length are drawn the same way (the
+	// "question_len=30 +/- 9, output_len=1000 +/- 300" of the predicted-latency study's scenarios,
+	// llm-d blog 2026-03-13 "Predicted-Latency Based Scheduling for LLMs"); 0, its default, keeps
+	// them fixed.
 	InputLen   int     `json:"input_len,omitempty"`
 	OutputLen  int     `json:"output_len,omitempty"`
 	RangeRatio float64 `json:"range_ratio,omitempty"`
@@ -173,6 +177,9 @@ func (s Spec) Validate() error {
 			pos("system_prompt_len", s.SystemPromptLen), pos("question_len", s.QuestionLen), pos("output_len", s.OutputLen)); err != nil {
 			return err
 		}
+		if s.RangeRatio < 0 || s.RangeRatio >= 1 || math.IsNaN(s.RangeRatio) {
+			return fmt.Errorf("workload %s: range_ratio must be in [0,1), got %v", s.Name, s.RangeRatio)
+		}
 		if t := int64(s.Groups) * (int64(s.SystemPromptLen) + int64(s.PromptsPerGroup)*int64(s.QuestionLen)); t > maxDistinctTokens {
 			return fmt.Errorf("workload %s: groups × (system_prompt_len + prompts_per_group × question_len) = %d tokens, more than %d", s.Name, t, maxDistinctTokens)
 		}
@@ -254,22 +261,30 @@ func genRandom(rng *rand.Rand, s Spec, n int) []Request {
 func genSharedPrefix(rng *rand.Rand, s Spec, n int) []Request {
 	systems := make([]string, s.Groups)
 	questions := make([][]string, s.Groups)
+	questionLens := make([][]int, s.Groups)
 	for g := range systems {
 		// A group tag first, so that no two groups share even their first block by chance.
 		systems[g] = fmt.Sprintf("group%d ", g) + words(rng, s.SystemPromptLen-1)
 		questions[g] = make([]string, s.PromptsPerGroup)
+		questionLens[g] = make([]int, s.PromptsPerGroup)
 		for q := range questions[g] {
-			questions[g][q] = words(rng, s.QuestionLen)
+			// uniformLen draws nothing when RangeRatio is 0, so fixed lengths keep the
+			// requests of earlier versions.
+			questionLens[g][q] = uniformLen(rng, s.QuestionLen, s.RangeRatio)
+			questions[g][q] = words(rng, questionLens[g][q])
 		}
 	}
-	// Multi-turn conversation state per (group, question): the accumulated history.
+	// Multi-turn conversation state per (group, question): the accumulated history and the
+	// output length of the conversation's last turn.
 	history := map[[2]int]*strings.Builder{}
 	histTokens := map[[2]int]int{}
+	lastOutput := map[[2]int]int{}
 	out := make([]Request, 0, n)
 	for range n {
 		g, q := rng.IntN(s.Groups), rng.IntN(s.PromptsPerGroup)
 		prompt := systems[g] + questions[g][q]
-		tokens := s.SystemPromptLen + s.QuestionLen
+		tokens := s.SystemPromptLen + questionLens[g][q]
+		output := uniformLen(rng, s.OutputLen, s.RangeRatio)
 		if s.MultiTurn {
 			k := [2]int{g, q}
 			h := history[k]
@@ -279,14 +294,17 @@ func genSharedPrefix(rng *rand.Rand, s Spec, n int) []Request {
 				history[k] = h
 				histTokens[k] = tokens
 			} else {
-				// Previous turn's stand-in answer, then a new question.
-				h.WriteString(words(rng, s.OutputLen))
-				h.WriteString(words(rng, s.QuestionLen))
-				histTokens[k] += s.OutputLen + s.QuestionLen
+				// Previous turn's stand-in answer (as long as that turn's output), then a new
+				// question.
+				ql := uniformLen(rng, s.QuestionLen, s.RangeRatio)
+				h.WriteString(words(rng, lastOutput[k]))
+				h.WriteString(words(rng, ql))
+				histTokens[k] += lastOutput[k] + ql
 			}
+			lastOutput[k] = output
 			prompt, tokens = h.String(), histTokens[k]
 		}
-		out = append(out, Request{Prompt: prompt, PromptTokens: tokens, OutputTokens: s.OutputLen, Group: g})
+		out = append(out, Request{Prompt: prompt, PromptTokens: tokens, OutputTokens: output, Group: g})
 	}
 	return out
 }

@@ -119,6 +119,42 @@ func TestSharedPrefixMultiTurnGrows(t *testing.T) {
 	}
 }
 
+// With RangeRatio, shared-prefix questions and outputs vary within len×(1±r), multi-turn prompts
+// grow by the previous turn's output and a new question, and the token counts stay exact.
+func TestSharedPrefixRangeRatioVariesLengths(t *testing.T) {
+	spec := Spec{Name: WorkloadSharedPrefix, Seed: 11, Groups: 2, PromptsPerGroup: 4, SystemPromptLen: 40, QuestionLen: 20,
+		OutputLen: 50, RangeRatio: 0.3, MultiTurn: true}
+	reqs, err := Generate(spec, 300)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outputs := map[int]bool{}
+	lastPrompt := map[string]string{} // first question → the conversation's latest prompt
+	for i, r := range reqs {
+		if r.OutputTokens < 35 || r.OutputTokens > 65 {
+			t.Fatalf("seed 11, request %d: output %d tokens, want within 50×(1±0.3)", i, r.OutputTokens)
+		}
+		outputs[r.OutputTokens] = true
+		if n := CountTokens(r.Prompt); n != r.PromptTokens {
+			t.Fatalf("seed 11, request %d: PromptTokens %d, tokenizer %d", i, r.PromptTokens, n)
+		}
+		// The first turn is the system prompt (40) and one question of 14–26 tokens.
+		words := strings.Fields(r.Prompt)
+		key := strings.Join(words[:40], " ")
+		if prev, ok := lastPrompt[key+words[40]]; ok && !strings.HasPrefix(r.Prompt, prev) {
+			t.Fatalf("seed 11, request %d does not extend its conversation", i)
+		}
+		lastPrompt[key+words[40]] = r.Prompt
+	}
+	// 300 draws uniform over 31 lengths: all equal has probability far below 1e-100.
+	if len(outputs) < 10 {
+		t.Fatalf("seed 11: only %d distinct output lengths in 300 requests", len(outputs))
+	}
+	if _, err := Generate(Spec{Name: WorkloadSharedPrefix, Seed: 1, RangeRatio: 1}, 1); err == nil || !strings.Contains(err.Error(), "range_ratio") {
+		t.Fatalf("range_ratio 1 accepted for shared-prefix: %v", err)
+	}
+}
+
 func TestMultiLoRAUsesTheAdapters(t *testing.T) {
 	reqs, err := Generate(Spec{Name: WorkloadMultiLoRA, Seed: 9, Adapters: []string{"x", "y"}}, 100)
 	if err != nil {
