@@ -54,7 +54,7 @@ func main() {
 	if *seed == 0 {
 		*seed = time.Now().UnixNano()
 	}
-	fmt.Printf("score-parity: seed=%d (repro: cd tools/gie-v1.5.0/score-parity && go run . -seed=%d)\n", *seed, *seed)
+	fmt.Printf("score-parity: seed=%d (repro: make interop-score-parity SEED=%d, or cd tools/gie-v1.5.0/score-parity && go run . -seed=%d)\n", *seed, *seed, *seed)
 	var total counts
 	for r := 0; r < *runs; r++ {
 		sh := shapes()[r%len(shapes())]
