@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
-	"sort"
 	"strings"
 	"time"
 
@@ -13,12 +12,10 @@ import (
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
-	"github.com/eppkit/eppkit/fakes/gateway/clustergw"
 	"github.com/eppkit/eppkit/fakes/kubelet"
 	"github.com/eppkit/eppkit/manifests"
 	"github.com/eppkit/eppkit/reference/director"
@@ -54,21 +51,13 @@ var _ = ginkgo.Describe("Cluster objects", ginkgo.Label(suiteLabel), func() {
 
 // sliceAddresses returns the Ready addresses of the Service's EndpointSlices, sorted.
 func sliceAddresses(ctx context.Context, g gomega.Gomega, svc string) []string {
-	slices, err := e.cs.DiscoveryV1().EndpointSlices(e.ns).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + svc})
+	out, err := serviceAddresses(ctx, svc)
 	g.Expect(err).NotTo(gomega.HaveOccurred())
-	var out []string
-	for _, s := range slices.Items {
-		for _, ep := range s.Endpoints {
-			if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
-				out = append(out, ep.Addresses...)
-			}
-		}
-	}
-	sort.Strings(out)
 	return out
 }
 
 var _ = ginkgo.Describe("Routing through the gateway", ginkgo.Label(suiteLabel), func() {
+	ginkgo.BeforeEach(requireGateway)
 	ginkgo.When("requests carry distinct prompts", func() {
 		ginkgo.It("should land every request on a Ready pod of the pool", func(ctx context.Context) {
 			const n = 30
@@ -174,6 +163,7 @@ var _ = ginkgo.Describe("Routing through the gateway", ginkgo.Label(suiteLabel),
 })
 
 var _ = ginkgo.Describe("EPP unavailable", ginkgo.Label(suiteLabel), func() {
+	ginkgo.BeforeEach(requireGateway)
 	// expectFailOpenAndClose checks both pools once the EPP has no Ready endpoint.
 	expectFailOpen := func(ctx context.Context) {
 		const n = 10
@@ -194,17 +184,17 @@ var _ = ginkgo.Describe("EPP unavailable", ginkgo.Label(suiteLabel), func() {
 	}
 	waitNoEPP := func(ctx context.Context) {
 		gomega.Eventually(func(g gomega.Gomega) {
-			for _, gw := range []*clustergw.Gateway{e.failOpen, e.failClose} {
-				res, err := gw.Resolve()
+			for _, gw := range []gatewayClient{e.failOpen, e.failClose} {
+				resolved, err := gw.EPPResolved(ctx)
 				g.Expect(err).NotTo(gomega.HaveOccurred())
-				g.Expect(res.EPP).To(gomega.BeEmpty(), "EPP endpoint still resolved")
+				g.Expect(resolved).To(gomega.BeFalse(), "%s: EPP endpoint still resolved", gw)
 			}
 		}).WithContext(ctx).WithTimeout(discoveryWindow).Should(gomega.Succeed())
 	}
 	// waitEPPServing waits until both pools are served through the EPP again.
 	waitEPPServing := func(ctx context.Context) {
 		gomega.Eventually(func(g gomega.Gomega) {
-			for _, gw := range []*clustergw.Gateway{e.failOpen, e.failClose} {
+			for _, gw := range []gatewayClient{e.failOpen, e.failClose} {
 				r := send(ctx, gw, uniquePrompt("recovered"))
 				g.Expect(r.Status).To(gomega.Equal(http.StatusOK))
 				g.Expect(r.FailedOpen).To(gomega.BeFalse())
@@ -248,7 +238,7 @@ var _ = ginkgo.Describe("EPP metrics", ginkgo.Label(suiteLabel), func() {
 	ginkgo.When("the EPP serves the pool", func() {
 		ginkgo.It("should expose the pool gauges on /metrics", func(ctx context.Context) {
 			epp := eppPod(ctx)
-			url := fmt.Sprintf("http://%s:%d/metrics", epp.Status.PodIP, manifests.EPPMetricsPort)
+			url := "http://" + podAddr(ctx, epp, manifests.EPPMetricsPort) + "/metrics"
 			gomega.Eventually(func(g gomega.Gomega) {
 				_, ready := poolPods(ctx)
 				fams, err := scrape(ctx, url)

@@ -7,10 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -24,7 +22,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/eppkit/eppkit/fakes/gateway"
-	"github.com/eppkit/eppkit/fakes/gateway/clustergw"
 	"github.com/eppkit/eppkit/manifests"
 )
 
@@ -34,7 +31,7 @@ func newLogger() *slog.Logger {
 
 // send posts one completion with prompt through gw and returns the result; transport errors
 // fail the spec.
-func send(ctx context.Context, gw *clustergw.Gateway, prompt string) *gateway.Result {
+func send(ctx context.Context, gw gatewayClient, prompt string) *gateway.Result {
 	ginkgo.GinkgoHelper()
 	body, err := json.Marshal(map[string]any{"model": manifests.FakeVLLMModel, "prompt": prompt, "max_tokens": 2})
 	gomega.Expect(err).NotTo(gomega.HaveOccurred())
@@ -42,13 +39,13 @@ func send(ctx context.Context, gw *clustergw.Gateway, prompt string) *gateway.Re
 	defer cancel()
 	r, err := gw.Do(rctx, &gateway.Request{Method: http.MethodPost, Path: "/v1/completions",
 		Headers: map[string]string{"Content-Type": "application/json"}, Body: body})
-	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "request through the gateway")
+	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "request through the %s", gw)
 	return r
 }
 
 // sendN sends n requests with distinct prompts (index + prefix) and returns how many each pod
 // served; any non-200 fails the returned error.
-func sendN(ctx context.Context, gw *clustergw.Gateway, prefix string, n int) (map[string]int, error) {
+func sendN(ctx context.Context, gw gatewayClient, prefix string, n int) (map[string]int, error) {
 	ginkgo.GinkgoHelper()
 	served := map[string]int{}
 	for i := 0; i < n; i++ {
@@ -102,7 +99,7 @@ func scale(ctx context.Context, name string, replicas int32) {
 // setHealth sets a fake vLLM pod's GET /health status through its admin API (health-status).
 func setHealth(ctx context.Context, pod *corev1.Pod, status int) {
 	ginkgo.GinkgoHelper()
-	url := "http://" + net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(manifests.FakeVLLMPort)) + "/admin/config"
+	url := "http://" + podAddr(ctx, pod, manifests.FakeVLLMPort) + "/admin/config"
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader([]byte(fmt.Sprintf(`{"health-status":%d}`, status))))
 	gomega.Expect(err).NotTo(gomega.HaveOccurred())
 	req.Header.Set("Content-Type", "application/json")

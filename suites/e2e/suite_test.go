@@ -1,21 +1,32 @@
 // Package e2e_test is the cluster end-to-end suite (DESIGN.md test tier 5): manifests/k8s applied
 // to a real cluster — the fake vLLM Deployment behind an InferencePool, the reference EPP as a
-// Deployment + Service + ConfigMap — and requests sent through a gateway that resolves the pool
-// itself (InferencePool → endpointPickerRef Service → EndpointSlice → EPP pod IP, fakes/gateway/
-// clustergw). Where each request landed is read from the model server's x-inference-pod header.
+// Deployment + Service + ConfigMap, and on kind/existing the Envoy Deployment — and requests sent
+// through a gateway. Where each request landed is read from the model server's x-inference-pod
+// header.
 //
-// Providers (--provider, env EPPKIT_PROVIDER, default local): local (conformance/cluster/local:
-// etcd, kube-apiserver, kube-controller-manager, kube-scheduler and the process kubelet; needs
-// `eppkit tools build k8s --all` and bin/eppkit) and existing (any kubeconfig; the gateway
-// stand-in needs the pod network reachable from this process, as with a local cluster's
-// kubeconfig). kind is refused with a message: its pod network is not reachable from the host,
-// and requests through Envoy (manifests/k8s/envoy.yaml) are not wired into this suite yet.
+// Providers (--provider, env EPPKIT_PROVIDER, default local):
+//   - local (conformance/cluster/local: etcd, kube-apiserver, kube-controller-manager,
+//     kube-scheduler and the process kubelet; needs `eppkit tools build k8s --all` and
+//     bin/eppkit). Gateway: the in-process stand-in (fakes/gateway/clustergw), which resolves
+//     InferencePool → endpointPickerRef Service → EndpointSlice → EPP pod IP itself and dials pod
+//     IPs directly (the local pod range is local to this machine).
+//   - kind (conformance/cluster/kind: sigs.k8s.io/kind in process; needs Docker, Podman or
+//     nerdctl and the image eppkit:dev built locally, `make image`). Gateway: Envoy
+//     (manifests/k8s/envoy.yaml; listener 8081 = FailOpen, 8082 = FailClose), reached through
+//     the API server's pods/portforward, as are the EPP's /metrics and the fake vLLM admin API.
+//   - existing (any kubeconfig, --context): as kind. Against the local provider's kubeconfig the
+//     process kubelet cannot run Envoy (no Envoy binary): the specs that send requests are then
+//     skipped with that reason, and the rest run through port-forwards.
+//
+// --gateway=standin|envoy (env EPPKIT_E2E_GATEWAY) and --reach=direct|port-forward (env
+// EPPKIT_E2E_REACH) override the provider's defaults (the stand-in needs --reach=direct).
 //
 // One namespace per run (eppkit-e2e-<seed>). On failure the suite prints pods, events and log
 // tails and exports every log under out/e2e/<namespace>/. EPPKIT_KEEP_CLUSTER=true keeps the
 // namespace and the cluster (the local cluster then starts again in about a second).
 //
 //	make e2e                              # builds bin/eppkit and the tools, then runs this suite
+//	make image e2e PROVIDER=kind          # with a container engine
 //	go run github.com/onsi/ginkgo/v2/ginkgo --label-filter=e2e ./suites/e2e -- --provider=local
 package e2e_test
 
@@ -40,11 +51,14 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 
 	"github.com/eppkit/eppkit/conformance/cluster"
 	"github.com/eppkit/eppkit/conformance/cluster/apply"
 	"github.com/eppkit/eppkit/conformance/cluster/existing"
+	"github.com/eppkit/eppkit/conformance/cluster/kind"
 	"github.com/eppkit/eppkit/conformance/cluster/local"
+	"github.com/eppkit/eppkit/conformance/cluster/portforward"
 	"github.com/eppkit/eppkit/fakes/gateway/clustergw"
 	"github.com/eppkit/eppkit/internal/testseed"
 	"github.com/eppkit/eppkit/manifests"
@@ -82,6 +96,8 @@ var (
 	flagClusterName = flag.String("cluster-name", envOr("EPPKIT_CLUSTER_NAME", "eppkit-e2e"), "cluster name (env EPPKIT_CLUSTER_NAME)")
 	flagContext     = flag.String("context", os.Getenv("EPPKIT_CONTEXT"), "kubeconfig context for --provider existing (env EPPKIT_CONTEXT)")
 	flagOut         = flag.String("out", envOr("EPPKIT_E2E_OUT", "../../out/e2e"), "where logs are exported on failure (env EPPKIT_E2E_OUT)")
+	flagGateway     = flag.String("gateway", os.Getenv("EPPKIT_E2E_GATEWAY"), "gateway: standin or envoy (env EPPKIT_E2E_GATEWAY; default standin on local, envoy elsewhere)")
+	flagReach       = flag.String("reach", os.Getenv("EPPKIT_E2E_REACH"), "how pods are reached: direct or port-forward (env EPPKIT_E2E_REACH; default direct on local, port-forward elsewhere)")
 )
 
 func envOr(k, def string) string {
@@ -100,14 +116,20 @@ func TestE2E(t *testing.T) {
 
 // env is the suite's cluster, namespace, clients and gateways.
 type env struct {
-	provider  cluster.Provider
-	rest      *rest.Config
-	cs        kubernetes.Interface
-	dyn       dynamic.Interface
-	ns        string
-	seed      int64
-	failOpen  *clustergw.Gateway
-	failClose *clustergw.Gateway
+	provider cluster.Provider
+	rest     *rest.Config
+	cs       kubernetes.Interface
+	dyn      dynamic.Interface
+	ns       string
+	seed     int64
+	// gateway and reach are the modes in use (gatewayStandin/gatewayEnvoy,
+	// reachDirect/reachPortForward); forwards serves reachPortForward.
+	gateway, reach string
+	forwards       *portforward.Pool
+	// failOpen and failClose send through the FailOpen and the FailClose pool; noGateway, when
+	// set, is why there is no gateway and the specs that send requests are skipped.
+	failOpen, failClose gatewayClient
+	noGateway           string
 }
 
 var e *env
@@ -137,25 +159,35 @@ func newProvider(name string) (cluster.Provider, error) {
 		return local.New(local.Options{Name: *flagClusterName, Eppkit: bin,
 			Logger: newLogger()})
 	case "existing":
-		// Any kubeconfig ($KUBECONFIG or ~/.kube/config, --context). The gateway stand-in dials
-		// pod IPs, so the pod network must be reachable from here (a local cluster's kubeconfig,
-		// or a run from inside the cluster's network); the image eppkit:dev must be pullable.
+		// Any kubeconfig ($KUBECONFIG or ~/.kube/config, --context). Envoy is the gateway and
+		// pods are reached by port-forward unless --gateway/--reach say otherwise; the image
+		// eppkit:dev must be pullable by the cluster.
 		return existing.New(existing.Options{Context: *flagContext, DeleteTimeout: 2 * time.Minute})
 	case "kind":
-		return nil, errors.New("--provider kind: kind's pod network is not reachable from the host and requests through Envoy (manifests/k8s/envoy.yaml, via a port-forward) are not wired into suites/e2e yet; use --provider local, or existing from inside the cluster network")
+		// Needs a container engine (Create fails with kind.ErrNoContainerEngine otherwise) and
+		// the image eppkit:dev built locally (`make image`); LoadImage imports it into the nodes.
+		return kind.New(kind.Options{Name: *flagClusterName, Log: ginkgo.GinkgoWriter})
 	}
 	return nil, fmt.Errorf("--provider %q: want local, kind or existing", name)
 }
 
 var _ = ginkgo.BeforeSuite(func(ctx context.Context) {
 	seed := testseed.Seed()
-	ginkgo.GinkgoWriter.Printf("e2e: provider %s, seed %d\n", *flagProvider, seed)
+	gwMode, reach := defaultsFor(*flagProvider)
+	if *flagGateway != "" {
+		gwMode = *flagGateway
+	}
+	if *flagReach != "" {
+		reach = *flagReach
+	}
+	gomega.Expect(checkModes(gwMode, reach)).To(gomega.Succeed())
+	ginkgo.GinkgoWriter.Printf("e2e: provider %s, gateway %s, reach %s, seed %d\n", *flagProvider, gwMode, reach, seed)
 	p, err := newProvider(*flagProvider)
 	gomega.Expect(err).NotTo(gomega.HaveOccurred())
 	start := time.Now()
 	gomega.Expect(p.Create(ctx)).To(gomega.Succeed(), "bring up the %s cluster", p.Name())
 	ginkgo.AddReportEntry("cluster up", fmt.Sprintf("%s cluster %q up in %s", p.Name(), *flagClusterName, time.Since(start).Round(time.Millisecond)), ginkgo.ReportEntryVisibilityAlways)
-	e = &env{provider: p, seed: seed}
+	e = &env{provider: p, seed: seed, gateway: gwMode, reach: reach}
 	ginkgo.DeferCleanup(func(ctx context.Context) {
 		if keepCluster() {
 			ginkgo.GinkgoWriter.Printf("e2e: EPPKIT_KEEP_CLUSTER=true: keeping namespace %s and the %s cluster (kubeconfig %s)\n", e.ns, p.Name(), p.KubeconfigPath())
@@ -176,6 +208,10 @@ var _ = ginkgo.BeforeSuite(func(ctx context.Context) {
 	gomega.Expect(err).NotTo(gomega.HaveOccurred())
 	e.dyn, err = dynamic.NewForConfig(e.rest)
 	gomega.Expect(err).NotTo(gomega.HaveOccurred())
+	if reach == reachPortForward {
+		e.forwards = portforward.NewPool(e.rest, ginkgo.GinkgoWriter)
+		ginkgo.DeferCleanup(e.forwards.Close)
+	}
 
 	e.ns = fmt.Sprintf("eppkit-e2e-%d", seed)
 	if seed < 0 {
@@ -198,7 +234,7 @@ var _ = ginkgo.BeforeSuite(func(ctx context.Context) {
 	ginkgo.By("applying manifests/k8s to namespace " + e.ns)
 	objs, err := manifests.K8sObjects()
 	gomega.Expect(err).NotTo(gomega.HaveOccurred())
-	objs = selectObjects(objs, p.Name())
+	objs = selectObjects(objs, gwMode)
 	objs = append(objs, failClosePoolObject(objs))
 	applier, err := apply.New(e.rest)
 	gomega.Expect(err).NotTo(gomega.HaveOccurred())
@@ -209,23 +245,41 @@ var _ = ginkgo.BeforeSuite(func(ctx context.Context) {
 	waitDeployment(ctx, manifests.FakeVLLMDeployment, initialReplicas)
 	waitDeployment(ctx, manifests.EPPDeployment, 1)
 
-	ginkgo.By("starting the gateway stand-ins for the FailOpen and FailClose pools")
-	e.failOpen = startGateway(ctx, manifests.PoolName)
-	e.failClose = startGateway(ctx, failClosePool)
+	switch gwMode {
+	case gatewayStandin:
+		ginkgo.By("starting the gateway stand-ins for the FailOpen and FailClose pools")
+		e.failOpen = standin{startGateway(ctx, manifests.PoolName)}
+		e.failClose = standin{startGateway(ctx, failClosePool)}
+	case gatewayEnvoy:
+		ginkgo.By("waiting for the Envoy Deployment (listener FailOpen :8081, FailClose :8082)")
+		// Envoy's listeners carry the failure modes (manifests/envoy/envoy.yaml); the
+		// FailClose InferencePool copy is then only an object the EPP also watches.
+		if why := envoyUnavailable(ctx); why != "" {
+			e.noGateway = why
+			ginkgo.GinkgoWriter.Printf("e2e: %s\n", why)
+			ginkgo.AddReportEntry("no gateway", why, ginkgo.ReportEntryVisibilityAlways)
+		} else {
+			e.failOpen = &envoyGW{port: manifests.EnvoyFailOpenPort}
+			e.failClose = &envoyGW{port: manifests.EnvoyFailClosePort}
+		}
+	}
+	if e.noGateway != "" {
+		return
+	}
 	// The EPP has discovered the pool once a request through each gateway is served by it.
-	for _, gw := range []*clustergw.Gateway{e.failOpen, e.failClose} {
+	for _, gw := range []gatewayClient{e.failOpen, e.failClose} {
 		gomega.Eventually(func(g gomega.Gomega) {
 			r := send(ctx, gw, "warm-up "+fmt.Sprint(seed))
-			g.Expect(r.Status).To(gomega.Equal(200), "body %s", r.Body)
-			g.Expect(r.FailedOpen).To(gomega.BeFalse())
+			g.Expect(r.Status).To(gomega.Equal(200), "%s: body %s", gw, r.Body)
+			g.Expect(r.FailedOpen).To(gomega.BeFalse(), "%s failed open", gw)
 		}).WithContext(ctx).WithTimeout(discoveryWindow).WithPolling(500 * time.Millisecond).Should(gomega.Succeed())
 	}
 }, ginkgo.NodeTimeout(createTimeout+3*rolloutTimeout))
 
-// selectObjects drops what the provider cannot run: Envoy needs a container runtime and is the
-// gateway only on kind and existing; on local the gateway stand-in plays its part.
-func selectObjects(objs []*unstructured.Unstructured, provider string) []*unstructured.Unstructured {
-	if provider != "local" {
+// selectObjects drops Envoy (its Deployment, Service and ConfigMap) unless it is the gateway: with
+// the stand-in (the local provider's default) it has no part to play.
+func selectObjects(objs []*unstructured.Unstructured, gwMode string) []*unstructured.Unstructured {
+	if gwMode == gatewayEnvoy {
 		return objs
 	}
 	var out []*unstructured.Unstructured
@@ -331,15 +385,19 @@ func dump(ctx context.Context, e *env) {
 						fmt.Fprintf(w, "    container %s waiting: %s %s\n", cs.Name, cs.State.Waiting.Reason, cs.State.Waiting.Message)
 					}
 				}
-				if lp, ok := e.provider.(*local.Provider); ok {
-					for _, c := range p.Spec.Containers {
-						b, _ := os.ReadFile(lp.PodLogPath(p.Namespace, p.Name, string(p.UID), c.Name))
-						lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-						if len(lines) > 15 {
-							lines = lines[len(lines)-15:]
-						}
-						fmt.Fprintf(w, "    --- last lines of %s/%s ---\n    %s\n", p.Name, c.Name, strings.Join(lines, "\n    "))
+				for _, c := range p.Spec.Containers {
+					var b []byte
+					if lp, ok := e.provider.(*local.Provider); ok {
+						b, _ = os.ReadFile(lp.PodLogPath(p.Namespace, p.Name, string(p.UID), c.Name))
+					} else {
+						// The kubelet's containerLogs through the API server (kind, existing).
+						b, _ = e.cs.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: c.Name, TailLines: ptr.To[int64](15)}).DoRaw(ctx)
 					}
+					lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+					if len(lines) > 15 {
+						lines = lines[len(lines)-15:]
+					}
+					fmt.Fprintf(w, "    --- last lines of %s/%s ---\n    %s\n", p.Name, c.Name, strings.Join(lines, "\n    "))
 				}
 			}
 		}
