@@ -1,6 +1,7 @@
 package datalayer
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -69,6 +70,7 @@ type Collector struct {
 	path                     string
 	specs                    specs
 	client                   *http.Client
+	direct                   bool // scrape with directGet (Config.HTTPClient not set); see scrape.go
 	clock                    clock.WithTicker
 	log                      *slog.Logger
 
@@ -97,6 +99,13 @@ type scraper struct {
 	lastBody  []byte
 	lastFresh *framework.Metrics
 	lastErr   error
+
+	// The direct scrape path (scrape.go): the request's bytes, the keep-alive connection (nil
+	// when none is open) and its reader, and whether this endpoint has been handed to net/http.
+	req     []byte
+	conn    *directConn
+	br      *bufio.Reader
+	useHTTP bool
 }
 
 // New validates cfg and returns a Collector that scrapes nothing until SetEndpoints and Start.
@@ -144,6 +153,7 @@ func New(cfg Config) (*Collector, error) {
 	c.specs = sp
 	if c.client == nil {
 		c.client = defaultHTTPClient()
+		c.direct = true
 	}
 	if c.clock == nil {
 		c.clock = clock.RealClock{}
@@ -179,7 +189,7 @@ func (c *Collector) SetEndpoints(eps []*framework.EndpointMetadata) {
 		if _, ok := c.scrapers[key]; ok {
 			continue
 		}
-		s := &scraper{key: key, url: "http://" + key + c.path}
+		s := &scraper{key: key, url: "http://" + key + c.path, req: directRequest(key, c.path, acceptHeader)}
 		c.scrapers[key] = s
 		c.startLocked(s)
 	}
@@ -257,6 +267,12 @@ func (c *Collector) run(ctx context.Context, s *scraper) {
 	}()
 	ticker := c.clock.NewTicker(c.interval)
 	defer ticker.Stop()
+	defer func() {
+		if s.conn != nil {
+			s.conn.close()
+			s.conn = nil
+		}
+	}()
 	for {
 		c.scrapeOnce(ctx, s)
 		select {
@@ -304,13 +320,39 @@ func (c *Collector) scrapeOnce(ctx context.Context, s *scraper) {
 // byte-identical to the previous successful one is not parsed again: its result is reused.
 func (c *Collector) fetch(ctx context.Context, s *scraper) (*framework.Metrics, error) {
 	url := s.url
+	if c.direct && !s.useHTTP {
+		status, err := c.directGet(ctx, s)
+		switch {
+		case errors.Is(err, errUseHTTPClient):
+			s.useHTTP = true
+			return c.fetchHTTP(ctx, s)
+		case errors.Is(err, errBodyTooLong):
+			return nil, fmt.Errorf("scrape %s: body longer than %d bytes", url, MaxBodyBytes)
+		case err != nil && status == 0:
+			return nil, fmt.Errorf("scrape %s: %w", url, err)
+		case err != nil:
+			return nil, fmt.Errorf("scrape %s: reading the body: %w", url, err)
+		case status != http.StatusOK:
+			return nil, fmt.Errorf("scrape %s: HTTP status %d", url, status)
+		}
+		return c.parse(s)
+	}
+	return c.fetchHTTP(ctx, s)
+}
+
+// acceptHeader is the Accept header of a scrape: the Prometheus text format.
+var acceptHeader = string(expfmt.NewFormat(expfmt.TypeTextPlain))
+
+// fetchHTTP reads s's body into s.buf with the net/http client and parses it.
+func (c *Collector) fetchHTTP(ctx context.Context, s *scraper) (*framework.Metrics, error) {
+	url := s.url
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, fmt.Errorf("scrape %s: %w", url, err)
 	}
-	req.Header.Set("Accept", string(expfmt.NewFormat(expfmt.TypeTextPlain)))
+	req.Header.Set("Accept", acceptHeader)
 	resp, err := c.client.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("scrape %s: %w", url, err)
@@ -333,6 +375,13 @@ func (c *Collector) fetch(ctx context.Context, s *scraper) (*framework.Metrics, 
 	if rerr != nil {
 		return nil, fmt.Errorf("scrape %s: reading the body: %w", url, rerr)
 	}
+	return c.parse(s)
+}
+
+// parse turns the body in s.buf into metrics, reusing the last result when the body is
+// byte-identical to the last one parsed.
+func (c *Collector) parse(s *scraper) (*framework.Metrics, error) {
+	url := s.url
 	if s.lastFresh != nil && bytes.Equal(s.buf, s.lastBody) {
 		return s.lastFresh.Clone(), s.lastErr
 	}
