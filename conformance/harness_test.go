@@ -81,3 +81,77 @@ func TestPinMetrics(t *testing.T) {
 		t.Fatalf("outside address: failed=%v %q", rt2.Failed(), rt2.firstFailure)
 	}
 }
+
+func TestSumCounter(t *testing.T) {
+	text := `# HELP vllm:request_success_total Count of successfully processed requests.
+# TYPE vllm:request_success_total counter
+vllm:request_success_total{finished_reason="stop",model_name="m"} 3
+vllm:request_success_total{finished_reason="length",model_name="m"} 4
+vllm:request_success_total_other 100
+vllm:request_success_total 2
+`
+	got, err := sumCounter(text, "vllm:request_success_total")
+	if err != nil || got != 9 {
+		t.Fatalf("sumCounter = %v, %v; want 9, nil", got, err)
+	}
+	if _, err := sumCounter("vllm:request_success_total{a=\"b\"} x\n", "vllm:request_success_total"); err == nil {
+		t.Fatal("sumCounter accepted a malformed value")
+	}
+}
+
+// externalFakes is an ExternalFleet over a fake fleet whose unpin value is the simulator's
+// baseline (zeros), as internal/simfleet's is.
+type externalFakes struct{ f *fleet.Fleet }
+
+func (e externalFakes) Members() []ExternalMember {
+	var out []ExternalMember
+	for _, m := range e.f.Members() {
+		out = append(out, ExternalMember{Name: "ext-" + m.Name, Addr: m.Addr()})
+	}
+	return out
+}
+func (e externalFakes) DistinctIPs() bool { return false }
+func (e externalFakes) UnpinMetrics() any {
+	return map[string]any{"running-requests": 0, "waiting-requests": 0, "kv-cache-usage": 0, "loras": []any{}}
+}
+func (e externalFakes) Close() { e.f.Close() }
+
+func TestExternalFleetPinAndUnpin(t *testing.T) {
+	base := vllm.DefaultConfig()
+	base.Model = "m"
+	f, err := fleet.Start(fleet.Options{Count: 2, Base: base, DistinctPorts: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Suite{External: externalFakes{f}, Timeouts: DefaultTimeoutConfig()}
+	defer s.Close()
+	if got, want := s.Endpoints(), []string{f.Member(0).Addr(), f.Member(1).Addr()}; strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("Endpoints = %v, want %v", got, want)
+	}
+	if a, ok := s.PodAddr("ext-" + f.Member(1).Name); !ok || a != f.Member(1).Addr() {
+		t.Fatalf("PodAddr = %q, %v", a, ok)
+	}
+	if _, ok := s.PodAddr(f.Member(1).Name); ok {
+		t.Fatal("PodAddr found a name the external fleet does not use")
+	}
+	if s.DistinctIPs() {
+		t.Fatal("DistinctIPs = true, want the external fleet's false")
+	}
+	addr := s.Endpoints()[0]
+	rt := &runT{name: "ExternalPin"}
+	s.PinMetrics(rt, addr, vllm.FakeMetrics{WaitingRequests: 25})
+	rt.runCleanups()
+	resp, err := http.Get("http://" + addr + "/admin/config")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var ac vllm.AdminConfig
+	if err := json.NewDecoder(resp.Body).Decode(&ac); err != nil {
+		t.Fatal(err)
+	}
+	// The unpin posted the external fleet's baseline, not null: the fake now holds zeros pinned.
+	if rt.Failed() || ac.FakeMetrics == nil || ac.FakeMetrics.WaitingRequests != 0 {
+		t.Fatalf("after cleanup: failed=%v (%s), fake-metrics %+v; want the baseline pinned", rt.Failed(), rt.log.String(), ac.FakeMetrics)
+	}
+}
