@@ -184,12 +184,42 @@ func TestControlPlanePoolAndPods(t *testing.T) {
 		want string
 	}{
 		{env.SetReady(ctx, "127.0.10.9:8000", true), "no Pod with this IP"},
-		{env.SetReady(ctx, "127.0.10.1:9999", true), "not the pool's targetPort 8000"},
+		{env.SetReady(ctx, "127.0.10.1:9999", true), "is not one of the pool's targetPorts [8000]"},
 		{env.AddPod(ctx, "127.0.10.1:8000"), "already exists"},
 	} {
 		if tc.err == nil || !strings.Contains(tc.err.Error(), tc.want) {
 			t.Errorf("error = %v, want it to contain %q", tc.err, tc.want)
 		}
+	}
+
+	// A second pool in the same control plane, of pods with data-parallel ranks: one targetPort
+	// per rank, ascending, and every port on the Pod's container.
+	side, err := NewPool(ctx, env.ControlPlane, Options{PoolName: "pool-dp", PoolNamespace: "ns-a",
+		Endpoints: []string{"127.0.11.1:8001", "127.0.11.1:8000", "127.0.11.2:8000", "127.0.11.2:8001"}})
+	if err != nil {
+		t.Fatalf("NewPool with ranks: %v", err)
+	}
+	dpPool := &unstructured.Unstructured{}
+	dpPool.SetGroupVersionKind(InferencePoolGVK)
+	if err := env.Client.Get(ctx, keyOf("ns-a", "pool-dp"), dpPool); err != nil {
+		t.Fatalf("get InferencePool pool-dp: %v", err)
+	}
+	gotPorts, _, _ = unstructured.NestedSlice(dpPool.Object, "spec", "targetPorts")
+	if diff := cmp.Diff([]any{map[string]any{"number": int64(8000)}, map[string]any{"number": int64(8001)}}, gotPorts); diff != "" {
+		t.Errorf("InferencePool pool-dp targetPorts (-want +got):\n%s", diff)
+	}
+	pod, err := cs.CoreV1().Pods("ns-a").Get(ctx, PodNameFor("pool-dp", "127.0.11.2"), metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get a pool-dp Pod: %v", err)
+	}
+	if got := pod.Spec.Containers[0].Ports; len(got) != 2 || got[0].ContainerPort != 8000 || got[1].ContainerPort != 8001 || got[1].Name != "rank-1" {
+		t.Errorf("pool-dp Pod container ports = %+v, want http:8000 and rank-1:8001", got)
+	}
+	if err := side.SetReady(ctx, "127.0.11.1:8001", false); err != nil {
+		t.Errorf("SetReady by a rank-1 address: %v", err)
+	}
+	if err := side.Stop(); err != nil {
+		t.Errorf("Stop of a NewPool Env (leaves the control plane): %v", err)
 	}
 
 	if err := env.Stop(); err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -30,6 +31,9 @@ var (
 const (
 	DefaultPoolName      = "eppkit-pool"
 	DefaultPoolNamespace = "default"
+	// MaxTargetPorts is the most spec.targetPorts an InferencePool holds (GIE v1.5.0
+	// api/v1 InferencePool, MaxItems=8): a pod has at most 8 data-parallel ranks.
+	MaxTargetPorts = 8
 	// DefaultEndpointPickerPort is the InferencePool's spec.endpointPickerRef.port (the schema
 	// requires a port for the default kind Service); nothing connects to it here.
 	DefaultEndpointPickerPort = 9002
@@ -44,8 +48,9 @@ type Options struct {
 	// PoolName and PoolNamespace name the InferencePool ("" = DefaultPoolName, DefaultPoolNamespace).
 	// The namespace is created when missing.
 	PoolName, PoolNamespace string
-	// Endpoints are the fleet's "ip:port" addresses; all must share one port, which becomes the
-	// pool's single targetPort. At least one is required.
+	// Endpoints are the fleet's "ip:port" addresses. Every IP must have the same ports (one for
+	// pods without data-parallel ranks), which become the pool's targetPorts in ascending order.
+	// At least one is required.
 	Endpoints []string
 	// Objectives are InferenceObjectives to create: name → spec.priority (may be nil).
 	Objectives map[string]int
@@ -60,8 +65,10 @@ type Env struct {
 	*ControlPlane
 	// PoolName and PoolNamespace name the InferencePool.
 	PoolName, PoolNamespace string
-	// TargetPort is the pool's targetPort (the endpoints' shared port).
+	// TargetPort is the pool's first targetPort (rank 0's port).
 	TargetPort int
+	// TargetPorts are all the pool's targetPorts, ascending (rank i on TargetPorts[i]).
+	TargetPorts []int
 
 	ownsControlPlane bool
 
@@ -69,29 +76,39 @@ type Env struct {
 	pods map[string]string // ip → pod name
 }
 
-// parseEndpoints checks "ip:port" addresses: valid IPs, one shared port, no duplicate IP.
-func parseEndpoints(addrs []string) (ips []string, port int, err error) {
+// parseEndpoints checks "ip:port" addresses: valid IPs, and every IP on the same set of ports (1
+// to 8 of them: the pool's targetPorts, GIE v1.5.0 api/v1 InferencePool allows at most 8), each
+// address once. The ports come back in ascending order (rank i is the i-th port); the IPs in
+// order of first appearance. One port per IP is the common case (the fleet's rank-0 addresses);
+// several ports per IP are pods with data-parallel ranks.
+func parseEndpoints(addrs []string) (ips []string, ports []int, err error) {
 	if len(addrs) == 0 {
-		return nil, 0, errors.New("Endpoints: at least one ip:port is required")
+		return nil, nil, errors.New("Endpoints: at least one ip:port is required")
 	}
-	seen := map[string]bool{}
+	byIP := map[string][]int{}
 	for i, a := range addrs {
 		ip, p, err := splitAddr(a)
 		if err != nil {
-			return nil, 0, fmt.Errorf("Endpoints[%d]: %w", i, err)
+			return nil, nil, fmt.Errorf("Endpoints[%d]: %w", i, err)
 		}
-		if i == 0 {
-			port = p
-		} else if p != port {
-			return nil, 0, fmt.Errorf("Endpoints[%d]: port %d differs from %d: an InferencePool here has one targetPort, so every endpoint needs its own IP on the same port (use loopback aliases, not distinct ports)", i, p, port)
+		if _, seen := byIP[ip]; !seen {
+			ips = append(ips, ip)
+		} else if slices.Contains(byIP[ip], p) {
+			return nil, nil, fmt.Errorf("Endpoints[%d]: duplicate IP %s with port %d", i, ip, p)
 		}
-		if seen[ip] {
-			return nil, 0, fmt.Errorf("Endpoints[%d]: duplicate IP %s", i, ip)
-		}
-		seen[ip] = true
-		ips = append(ips, ip)
+		byIP[ip] = append(byIP[ip], p)
 	}
-	return ips, port, nil
+	ports = slices.Sorted(slices.Values(byIP[ips[0]]))
+	if len(ports) > MaxTargetPorts {
+		return nil, nil, fmt.Errorf("Endpoints: %s has %d ports; an InferencePool has at most %d targetPorts", ips[0], len(ports), MaxTargetPorts)
+	}
+	for _, ip := range ips[1:] {
+		if got := slices.Sorted(slices.Values(byIP[ip])); !slices.Equal(got, ports) {
+			return nil, nil, fmt.Errorf("Endpoints: %s has ports %v, %s has %v: an InferencePool's targetPorts apply to every Pod, "+
+				"so every endpoint IP needs the same ports (use loopback aliases, not distinct ports)", ip, got, ips[0], ports)
+		}
+	}
+	return ips, ports, nil
 }
 
 func splitAddr(a string) (string, int, error) {
@@ -139,11 +156,12 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 // control plane, so several pools or tests can share one kube-apiserver. Its Stop leaves the
 // control plane running.
 func NewPool(ctx context.Context, cp *ControlPlane, opts Options) (*Env, error) {
-	ips, port, err := defaultAndCheck(&opts)
+	ips, ports, err := defaultAndCheck(&opts)
 	if err != nil {
 		return nil, err
 	}
-	e := &Env{ControlPlane: cp, PoolName: opts.PoolName, PoolNamespace: opts.PoolNamespace, TargetPort: port, pods: map[string]string{}}
+	e := &Env{ControlPlane: cp, PoolName: opts.PoolName, PoolNamespace: opts.PoolNamespace, TargetPort: ports[0],
+		TargetPorts: ports, pods: map[string]string{}}
 	if err := e.populate(ctx, opts, ips); err != nil {
 		return nil, err
 	}
@@ -159,7 +177,7 @@ func (e *Env) Stop() error {
 	return e.ControlPlane.Stop()
 }
 
-func defaultAndCheck(opts *Options) (ips []string, port int, err error) {
+func defaultAndCheck(opts *Options) (ips []string, ports []int, err error) {
 	if opts.PoolName == "" {
 		opts.PoolName = DefaultPoolName
 	}
@@ -170,7 +188,7 @@ func defaultAndCheck(opts *Options) (ips []string, port int, err error) {
 		opts.EndpointPickerPort = DefaultEndpointPickerPort
 	}
 	if opts.EndpointPickerPort < 1 || opts.EndpointPickerPort > 65535 {
-		return nil, 0, fmt.Errorf("EndpointPickerPort: %d is not a port", opts.EndpointPickerPort)
+		return nil, nil, fmt.Errorf("EndpointPickerPort: %d is not a port", opts.EndpointPickerPort)
 	}
 	return parseEndpoints(opts.Endpoints)
 }
@@ -179,11 +197,15 @@ func (e *Env) populate(ctx context.Context, opts Options, ips []string) error {
 	if err := e.ensureNamespace(ctx); err != nil {
 		return err
 	}
+	targetPorts := make([]any, 0, len(e.TargetPorts))
+	for _, p := range e.TargetPorts {
+		targetPorts = append(targetPorts, map[string]any{"number": int64(p)})
+	}
 	pool := &unstructured.Unstructured{Object: map[string]any{
 		"metadata": map[string]any{"name": e.PoolName, "namespace": e.PoolNamespace},
 		"spec": map[string]any{
 			"selector":          map[string]any{"matchLabels": map[string]any{PoolLabel: e.PoolName}},
-			"targetPorts":       []any{map[string]any{"number": int64(e.TargetPort)}},
+			"targetPorts":       targetPorts,
 			"endpointPickerRef": map[string]any{"name": e.PoolName + "-epp", "port": map[string]any{"number": int64(opts.EndpointPickerPort)}},
 		},
 	}}
@@ -247,14 +269,15 @@ func (e *Env) PutObjective(ctx context.Context, name string, priority int) error
 	return nil
 }
 
-// AddPod adds a Running, Ready Pod for addr ("ip:port"; the port must be the pool's targetPort).
+// AddPod adds a Running, Ready Pod for addr ("ip:port"; the port must be one of the pool's
+// targetPorts: the Pod serves them all).
 func (e *Env) AddPod(ctx context.Context, addr string) error {
 	ip, port, err := splitAddr(addr)
 	if err != nil {
 		return fmt.Errorf("apiserver: AddPod: %w", err)
 	}
-	if port != e.TargetPort {
-		return fmt.Errorf("apiserver: AddPod %s: port %d is not the pool's targetPort %d", addr, port, e.TargetPort)
+	if !slices.Contains(e.TargetPorts, port) {
+		return fmt.Errorf("apiserver: AddPod %s: port %d is not one of the pool's targetPorts %v", addr, port, e.TargetPorts)
 	}
 	return e.addPod(ctx, ip)
 }
@@ -268,7 +291,7 @@ func (e *Env) addPod(ctx context.Context, ip string) error {
 			Containers: []corev1.Container{{
 				Name:  "model-server",
 				Image: "eppkit.invalid/fake-vllm:latest",
-				Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: int32(e.TargetPort), Protocol: corev1.ProtocolTCP}},
+				Ports: e.containerPorts(),
 			}},
 		},
 	}
@@ -279,6 +302,20 @@ func (e *Env) addPod(ctx context.Context, ip string) error {
 	e.pods[ip] = name
 	e.mu.Unlock()
 	return e.writeStatus(ctx, name, ip, true)
+}
+
+// containerPorts are the model-server container's ports: one per targetPort ("http", then
+// "rank-<i>" for rank i ≥ 1).
+func (e *Env) containerPorts() []corev1.ContainerPort {
+	out := make([]corev1.ContainerPort, 0, len(e.TargetPorts))
+	for i, p := range e.TargetPorts {
+		name := "http"
+		if i > 0 {
+			name = "rank-" + strconv.Itoa(i)
+		}
+		out = append(out, corev1.ContainerPort{Name: name, ContainerPort: int32(p), Protocol: corev1.ProtocolTCP})
+	}
+	return out
 }
 
 // writeStatus sets phase Running, podIP/podIPs = ip and the Ready/ContainersReady conditions
@@ -319,8 +356,8 @@ func (e *Env) podFor(addr string) (name, ip string, err error) {
 	if err != nil {
 		return "", "", err
 	}
-	if port != e.TargetPort {
-		return "", "", fmt.Errorf("%s: port %d is not the pool's targetPort %d", addr, port, e.TargetPort)
+	if !slices.Contains(e.TargetPorts, port) {
+		return "", "", fmt.Errorf("%s: port %d is not one of the pool's targetPorts %v", addr, port, e.TargetPorts)
 	}
 	e.mu.Lock()
 	name, ok := e.pods[ip]

@@ -1,23 +1,29 @@
 package apiserver
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
 
 func TestParseEndpoints(t *testing.T) {
 	tests := []struct {
-		name     string
-		addrs    []string
-		wantIPs  []string
-		wantPort int
-		wantErr  string // substring; "" = no error
+		name      string
+		addrs     []string
+		wantIPs   []string
+		wantPorts []int
+		wantErr   string // substring; "" = no error
 	}{
 		{name: "three aliases one port", addrs: []string{"127.0.10.1:8000", "127.0.10.2:8000", "127.0.10.3:8000"},
-			wantIPs: []string{"127.0.10.1", "127.0.10.2", "127.0.10.3"}, wantPort: 8000},
-		{name: "ipv6", addrs: []string{"[::1]:9000"}, wantIPs: []string{"::1"}, wantPort: 9000},
+			wantIPs: []string{"127.0.10.1", "127.0.10.2", "127.0.10.3"}, wantPorts: []int{8000}},
+		{name: "ipv6", addrs: []string{"[::1]:9000"}, wantIPs: []string{"::1"}, wantPorts: []int{9000}},
 		{name: "empty", addrs: nil, wantErr: "Endpoints: at least one"},
-		{name: "mixed ports", addrs: []string{"127.0.10.1:8000", "127.0.10.2:8001"}, wantErr: "Endpoints[1]: port 8001 differs from 8000"},
+		{name: "data-parallel ranks", addrs: []string{"127.0.10.1:8002", "127.0.10.1:8000", "127.0.10.2:8000", "127.0.10.1:8001", "127.0.10.2:8001", "127.0.10.2:8002"},
+			wantIPs: []string{"127.0.10.1", "127.0.10.2"}, wantPorts: []int{8000, 8001, 8002}},
+		{name: "mixed ports", addrs: []string{"127.0.10.1:8000", "127.0.10.2:8001"}, wantErr: "127.0.10.2 has ports [8001], 127.0.10.1 has [8000]"},
+		{name: "one pod lacks a rank", addrs: []string{"127.0.10.1:8000", "127.0.10.1:8001", "127.0.10.2:8000"}, wantErr: "127.0.10.2 has ports [8000], 127.0.10.1 has [8000 8001]"},
+		{name: "more than 8 ranks", addrs: []string{"127.0.10.1:1", "127.0.10.1:2", "127.0.10.1:3", "127.0.10.1:4", "127.0.10.1:5",
+			"127.0.10.1:6", "127.0.10.1:7", "127.0.10.1:8", "127.0.10.1:9"}, wantErr: "at most 8 targetPorts"},
 		{name: "duplicate ip", addrs: []string{"127.0.10.1:8000", "127.0.10.1:8000"}, wantErr: "Endpoints[1]: duplicate IP"},
 		{name: "hostname", addrs: []string{"localhost:8000"}, wantErr: "Endpoints[0]: address \"localhost:8000\": \"localhost\" is not an IP"},
 		{name: "no port", addrs: []string{"127.0.10.1"}, wantErr: "Endpoints[0]: address \"127.0.10.1\": want ip:port"},
@@ -26,7 +32,7 @@ func TestParseEndpoints(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			ips, port, err := parseEndpoints(tc.addrs)
+			ips, ports, err := parseEndpoints(tc.addrs)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("parseEndpoints(%v) error = %v, want it to contain %q", tc.addrs, err, tc.wantErr)
@@ -36,8 +42,8 @@ func TestParseEndpoints(t *testing.T) {
 			if err != nil {
 				t.Fatalf("parseEndpoints(%v): %v", tc.addrs, err)
 			}
-			if port != tc.wantPort || strings.Join(ips, ",") != strings.Join(tc.wantIPs, ",") {
-				t.Fatalf("parseEndpoints(%v) = %v, %d; want %v, %d", tc.addrs, ips, port, tc.wantIPs, tc.wantPort)
+			if !slices.Equal(ports, tc.wantPorts) || !slices.Equal(ips, tc.wantIPs) {
+				t.Fatalf("parseEndpoints(%v) = %v, %v; want %v, %v", tc.addrs, ips, ports, tc.wantIPs, tc.wantPorts)
 			}
 		})
 	}

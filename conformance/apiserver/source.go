@@ -95,3 +95,20 @@ func (s *Source) AddEndpoint(ctx context.Context, addr string) error {
 	}
 	return env.AddPod(ctx, addr)
 }
+
+var _ conformance.SidePoolSource = (*Source)(nil)
+
+// StartSidePool implements conformance.SidePoolSource: NewPool writes the InferencePool name (in
+// the main pool's namespace, targetPorts = the addresses' ports, one per data-parallel rank) and
+// one Ready Pod per IP into the running kube-apiserver. Its objects stay until Stop.
+func (s *Source) StartSidePool(ctx context.Context, name string, addrs []string) (conformance.Env, error) {
+	env := s.Env()
+	if env == nil {
+		return conformance.Env{}, errors.New("apiserver endpoint source: StartSidePool before Start")
+	}
+	side, err := NewPool(ctx, env.ControlPlane, Options{PoolName: name, PoolNamespace: env.PoolNamespace, Endpoints: addrs})
+	if err != nil {
+		return conformance.Env{}, err
+	}
+	return conformance.Env{Kubeconfig: side.KubeconfigPath, PoolName: side.PoolName, PoolNamespace: side.PoolNamespace}, nil
+}
