@@ -45,6 +45,7 @@ const (
 	DAGMapOrder             Name = "dag-map-order"
 	LegacyMatchOffByOne     Name = "legacy-match-off-by-one"
 	ProfileHeaderMissing    Name = "profile-header-missing"
+	RanksBeyondFirstDropped Name = "ranks-beyond-first-dropped"
 )
 
 // Mutant describes one mutant for the matrix.
@@ -112,6 +113,8 @@ var catalogue = []Mutant{
 		Where: "reference/director StatusFor: ErrBadRequest maps to 500", Kind: BlackBox, Target: "OpenAIBadRequest400"},
 	{Name: ProfileHeaderMissing, Breaks: "the response headers name the primary profile in x-eppkit-profile (SPEC §3, eppkit)",
 		Where: "reference/extproc responseHeaders: x-eppkit-profile is not set", Kind: BlackBox, Target: "ReferenceProfileHeader"},
+	{Name: RanksBeyondFirstDropped, Breaks: "every rank port (targetPort) of a Ready pod is an endpoint (SPEC §6 DataParallelRanks; GIE v1.5.0 pkg/epp/datastore)",
+		Where: "reference/discovery PoolEndpoints: only the first targetPort of each pod becomes an endpoint", Kind: BlackBox, Target: "DataParallelRanks", NeedsAPIServer: true},
 	{Name: PluginStateScoreOnly, Breaks: "the prefix producer writes its plugin state in PrepareData, so the pick is indexed without a prefix scorer (GIE PR #2005, SPEC §1)",
 		Where: "reference/plugins/prefix Producer.PrepareRequestData: no plugin-state write", Kind: WhiteBox, Suite: "pluginstate",
 		Target: "the only profile has no prefix scorer should hold: PreRequest indexes the pick"},

@@ -118,6 +118,9 @@ func PoolEndpoints(pool PoolSpec, pods []*corev1.Pod) map[string]*framework.Endp
 			if port < 1 || port > 65535 {
 				continue
 			}
+			if mutant.Enabled && mutant.On(mutant.RanksBeyondFirstDropped) && idx > 0 {
+				continue
+			}
 			if active != nil {
 				if _, ok := active[port]; !ok {
 					continue
