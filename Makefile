@@ -76,7 +76,7 @@ INTEROP_FEATURES ?= OpenAIRequestParsing,PrefixCacheAffinity,QueueAwareness,KVCa
 INTEROP_FLAGS    ?=
 INTEROP_FLAGS_PREDICTOR ?=
 INTEROP_RUNS     := interop-upstream-epp-v1.5.0 interop-upstream-epp-v1.5.0-tls interop-upstream-epp-v1.5.0-lora \
-	interop-upstream-epp-v1.5.0-usage-crash interop-lwepp-v1.6.0 interop-predictor-parity interop-score-parity
+	interop-upstream-epp-v1.5.0-usage-crash interop-lwepp-v1.6.0 interop-predictor-parity interop-score-parity interop-sim
 GIE_URL          := https://github.com/kubernetes-sigs/gateway-api-inference-extension
 GIE_IMPL         := --organization kubernetes-sigs --url $(GIE_URL) --contact $(GIE_URL)/issues
 # The upstream EPP v1.5.0 reads its kubeconfig from $$KUBECONFIG (controller-runtime's GetConfig;
@@ -143,6 +143,27 @@ interop-lwepp-v1.6.0: interop-tools
 interop-predictor-parity: interop-tools
 	@mkdir -p $(INTEROP_OUT)/predictor-parity
 	./bin/eppkit interop predictor-parity --report $(INTEROP_OUT)/predictor-parity/summary.md $(INTEROP_FLAGS_PREDICTOR)
+
+## interop-sim: the EPP-Routing profile against the reference EPP (its conformance config, every
+# feature it claims) with llm-d-inference-sim v0.10.2 as the model servers instead of the fakes
+# (--fleet sim: one simulator per network namespace and veth pair, load pinned through each one's
+# POST /admin/config fake-metrics; internal/simfleet). Needs root for `ip netns`: without it the
+# run is skipped with a message (eppkit interop sim-preflight exits 4). The claimed features are the
+# reference's, except DataParallelRanks, whose test starts a second pool of its own fakes.
+# reports/interop/README.md compares the run with the same run on the fakes.
+INTEROP_SIM_FEATURES ?= OpenAIRequestParsing,PrefixCacheAffinity,QueueAwareness,KVCacheAwareness,LoRAAffinity,PredictedLatency,RequestShedding,EndpointChurn
+interop-sim: build
+	./bin/eppkit tools build k8s
+	./bin/eppkit tools build gie --only crds
+	./bin/eppkit tools build sim
+	@rc=0; ./bin/eppkit interop sim-preflight || rc=$$?; \
+	if [ $$rc -eq 4 ]; then echo "interop-sim: SKIPPED: this machine cannot create network namespaces (needs root / CAP_NET_ADMIN and iproute2)"; exit 0; fi; \
+	[ $$rc -eq 0 ] || exit $$rc; \
+	./bin/eppkit conformance --target reference --endpoint-source apiserver --fleet sim --config-file $(CONFORMANCE_CONFIG) \
+		--profiles EPP-Routing --supported-features $(INTEROP_SIM_FEATURES) \
+		--report-output $(INTEROP_OUT)/sim-v0.10.2 --log-dir out/interop/sim-v0.10.2 \
+		--expect-failures $(INTEROP_EXPECT)/sim-v0.10.2.txt --organization eppkit --project reference-epp \
+		--url https://github.com/eppkit/eppkit --version $(VERSION) --contact https://github.com/eppkit/eppkit/issues $(INTEROP_FLAGS)
 
 ## interop-score-parity: upstream v1.5.0's approx-prefix-cache-producer + prefix-cache-scorer vs
 # reference/plugins/prefix on seeded equivalence workloads (tools/gie-v1.5.0/score-parity, its
