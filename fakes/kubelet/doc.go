@@ -25,10 +25,19 @@
 //   - ConfigMap, Secret and emptyDir volumes are materialised per Pod under Config.StateDir; every
 //     occurrence of a mount path in command, args, env values and workingDir is rewritten to the
 //     local copy. ConfigMap updates after the Pod started are not propagated.
-//   - Readiness probes (httpGet, grpc, tcpSocket) run against the Pod IP with the probe's
-//     timing fields; their results drive the ContainersReady and Ready conditions and
-//     containerStatuses[].ready. Exec probes fail with a message saying they are unsupported.
-//     Liveness and startup probes are ignored.
+//   - Probes (httpGet, grpc, tcpSocket) run against the Pod IP with the probe's timing fields,
+//     as the kubelet's prober workers do: the startup probe alone first (containerStatuses[]
+//     .started stays false and neither readiness nor liveness runs until it succeeds;
+//     failureThreshold failures kill the container); then readiness, whose results drive the
+//     ContainersReady and Ready conditions and containerStatuses[].ready, and liveness, whose
+//     failureThreshold consecutive failures kill the container (SIGTERM, SIGKILL after the
+//     probe's or the Pod's grace period; Unhealthy and Killing events), after which the restart
+//     policy applies and restartCount counts it. Exec probes fail with a message saying they are
+//     unsupported.
+//   - Port-forwarding: an HTTPS kubelet endpoint on NodeIP (Config.ServerPort, published as the
+//     node's daemonEndpoints.kubeletEndpoint) serves /portForward/{ns}/{pod} (SPDY
+//     portforward.k8s.io), so the API server's pods/portforward (kubectl port-forward, client-go
+//     tools/portforward) reaches the Pods. The node publishes only its InternalIP address.
 //   - Deletion: SIGTERM to each container's process group, SIGKILL after the grace period, then
 //     the final delete of the Pod object (grace period 0, UID precondition).
 //   - restartPolicy Always/OnFailure restarts exited containers with a back-off (1 s doubling
@@ -38,6 +47,6 @@
 //     the Pod stays Pending with Ready=False, and a Warning event is written. It never hangs.
 //
 // What it does not do: proxy Services (there is no kube-proxy: clients resolve EndpointSlices
-// to Pod IPs themselves), serve the kubelet API (no kubectl logs/exec: logs are files under
-// StateDir/pods/), pull images, enforce resources, run init containers or lifecycle hooks.
+// to Pod IPs themselves), serve the rest of the kubelet API (no kubectl logs/exec: logs are files
+// under StateDir/pods/), pull images, enforce resources, run init containers or lifecycle hooks.
 package kubelet

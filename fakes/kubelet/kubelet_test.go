@@ -55,7 +55,7 @@ func TestMain(m *testing.M) {
 // /health (200, or 503 after POST /unready), /env (the environment as JSON) and /file (the
 // contents of --file); optionally a gRPC health server on --grpc-port; on SIGTERM it prints
 // "got SIGTERM" and exits after --term-delay, or ignores it with --ignore-term; --exit-code N
-// exits at once.
+// exits at once; --listen-delay D opens the HTTP port only after D.
 func runHelper(args []string) int {
 	fs := flag.NewFlagSet("helper", flag.ContinueOnError)
 	httpPort := fs.Int("http-port", 0, "")
@@ -64,6 +64,7 @@ func runHelper(args []string) int {
 	termDelay := fs.Duration("term-delay", 0, "")
 	ignoreTerm := fs.Bool("ignore-term", false, "")
 	exitCode := fs.Int("exit-code", -1, "")
+	listenDelay := fs.Duration("listen-delay", 0, "")
 	_ = fs.String("pod", "", "ignored: checks $(POD_NAME) expansion through /env's ARGS")
 	if len(args) == 0 || args[0] != "serve" {
 		fmt.Println("helper: want `serve` as the first argument, got", args)
@@ -106,6 +107,7 @@ func runHelper(args []string) int {
 			}
 			_, _ = w.Write(b)
 		})
+		time.Sleep(*listenDelay)
 		l, err := net.Listen("tcp", net.JoinHostPort(ip, fmt.Sprint(*httpPort)))
 		if err != nil {
 			fmt.Println("listen:", err)
@@ -492,6 +494,94 @@ func TestKubeletAgainstAPIServer(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.waitGone(t, "unknown", 10*time.Second)
+	})
+
+	httpProbe := func(port int32, period, failures int32) *corev1.Probe {
+		return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/health", Port: intstr.FromInt32(port)}},
+			PeriodSeconds: period, FailureThreshold: failures}
+	}
+	status := func(p *corev1.Pod) corev1.ContainerStatus {
+		if len(p.Status.ContainerStatuses) != 1 {
+			return corev1.ContainerStatus{}
+		}
+		return p.Status.ContainerStatuses[0]
+	}
+
+	t.Run("liveness probe failure kills and restarts the container; restartCount counts it", func(t *testing.T) {
+		e.create(t, e.helperPod("live", []string{"--http-port", "8140"}, func(p *corev1.Pod) {
+			c := &p.Spec.Containers[0]
+			c.LivenessProbe, c.ReadinessProbe = httpProbe(8140, 1, 2), httpProbe(8140, 1, 1)
+			p.Spec.TerminationGracePeriodSeconds = ptr.To[int64](2)
+		}))
+		p := e.waitPod(t, "live", "Ready", ready)
+		if cs := status(p); cs.RestartCount != 0 || cs.Started == nil || !*cs.Started {
+			t.Fatalf("healthy container: restartCount %d started %v, want 0 true", cs.RestartCount, ptr.Deref(cs.Started, false))
+		}
+		if code, _ := get(t, "http://"+p.Status.PodIP+":8140/unready"); code != 200 {
+			t.Fatalf("POST /unready: %d", code)
+		}
+		// Two failed liveness probes (1 s apart), SIGTERM, 1 s back-off, a new healthy process.
+		p = e.waitPod(t, "live", "restarted and Ready again", func(p *corev1.Pod) bool {
+			return status(p).RestartCount >= 1 && ready(p)
+		})
+		cs := status(p)
+		if cs.RestartCount != 1 || cs.LastTerminationState.Terminated == nil {
+			t.Errorf("after one liveness failure: restartCount %d lastState %+v, want 1 and a terminated state", cs.RestartCount, cs.LastTerminationState)
+		}
+		if code, _ := get(t, "http://"+p.Status.PodIP+":8140/health"); code != 200 {
+			t.Errorf("the restarted process is not the healthy new one: /health %d", code)
+		}
+		evs, err := e.cs.CoreV1().Events(e.ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=live"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var killing bool
+		for _, ev := range evs.Items {
+			killing = killing || (ev.Reason == "Killing" && strings.Contains(ev.Message, "failed liveness probe"))
+		}
+		if !killing {
+			t.Errorf("no Killing event naming the liveness probe among %d events", len(evs.Items))
+		}
+	})
+
+	t.Run("startup probe gates readiness and liveness until it succeeds", func(t *testing.T) {
+		// The port opens after 3 s. A liveness probe with failureThreshold 1 would kill the
+		// container at its first probe if it ran before the startup probe succeeded.
+		e.create(t, e.helperPod("slow-start", []string{"--http-port", "8120", "--listen-delay", "3s"}, func(p *corev1.Pod) {
+			c := &p.Spec.Containers[0]
+			c.StartupProbe, c.LivenessProbe, c.ReadinessProbe = httpProbe(8120, 1, 20), httpProbe(8120, 1, 1), httpProbe(8120, 1, 1)
+		}))
+		p := e.waitPod(t, "slow-start", "running, not started", func(p *corev1.Pod) bool {
+			cs := status(p)
+			return cs.State.Running != nil && cs.Started != nil && !*cs.Started
+		})
+		if ready(p) {
+			t.Errorf("pod Ready before its startup probe succeeded")
+		}
+		p = e.waitPod(t, "slow-start", "Ready", ready)
+		if cs := status(p); cs.RestartCount != 0 || cs.Started == nil || !*cs.Started {
+			t.Errorf("restartCount %d started %v, want 0 true (liveness must not run before startup succeeds)", cs.RestartCount, ptr.Deref(cs.Started, false))
+		}
+	})
+
+	t.Run("startup probe failure restarts the container, never Ready", func(t *testing.T) {
+		// The startup probe checks a port nothing listens on: 2 failures, kill, restart.
+		e.create(t, e.helperPod("no-start", []string{"--http-port", "8130"}, func(p *corev1.Pod) {
+			c := &p.Spec.Containers[0]
+			c.StartupProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(8131)}},
+				PeriodSeconds: 1, FailureThreshold: 2}
+			c.ReadinessProbe = httpProbe(8130, 1, 1)
+			p.Spec.TerminationGracePeriodSeconds = ptr.To[int64](2)
+		}))
+		sawReady := false
+		e.waitPod(t, "no-start", "restarted after the startup probe failed", func(p *corev1.Pod) bool {
+			sawReady = sawReady || ready(p)
+			cs := status(p)
+			return cs.RestartCount >= 1 && cs.LastTerminationState.Terminated != nil
+		})
+		if sawReady {
+			t.Error("pod was Ready although its startup probe never succeeded")
+		}
 	})
 
 	t.Run("crashing container restarts with back-off", func(t *testing.T) {

@@ -50,6 +50,8 @@ type container struct {
 	running    bool
 	startedAt  metav1.Time
 	ready      bool
+	started    bool          // the startup probe succeeded (or there is none) for this process
+	exited     chan struct{} // closed when this process has been reaped
 	probeMsg   string
 	stopProbe  context.CancelFunc
 	lastExit   *corev1.ContainerStateTerminated
@@ -71,7 +73,8 @@ type exitEvent struct {
 type probeEvent struct {
 	c          *container
 	generation int
-	ready      bool
+	kind       probeKind
+	ready      bool // probeReadiness: the verdict
 	msg        string
 }
 
@@ -186,7 +189,7 @@ func (w *podWorker) run(ctx context.Context) {
 			w.handleExit(e)
 		case p := <-w.probes:
 			if p.generation == p.c.generation && p.c.running {
-				p.c.ready, p.c.probeMsg = p.ready, p.msg
+				w.handleProbe(p)
 			}
 		case <-timerC:
 			for _, c := range w.containers {
@@ -561,7 +564,7 @@ func (w *podWorker) valueFrom(ctx context.Context, c *container, e corev1.EnvVar
 	return "", false, errors.New("valueFrom has no source")
 }
 
-// start launches the container's process (if it can run) and its readiness prober.
+// start launches the container's process (if it can run) and its probers (probe.go runProbes).
 func (w *podWorker) start(ctx context.Context, c *container) {
 	if c.waitingReason != "" || c.binary == "" {
 		return
@@ -587,6 +590,8 @@ func (w *podWorker) start(ctx context.Context, c *container) {
 		_ = os.WriteFile(c.pidPath, []byte(strconv.Itoa(cmd.Process.Pid)+" "+st+"\n"), 0o644)
 	}
 	c.cmd, c.running, c.startedAt = cmd, true, metav1.Now().Rfc3339Copy()
+	exited := make(chan struct{})
+	c.exited = exited
 	gen := c.generation
 	w.k.log.Info("container started", "pod", w.key, "container", c.spec.Name, "pid", cmd.Process.Pid, "ip", w.ip)
 	if c.restarts == 0 {
@@ -606,20 +611,67 @@ func (w *podWorker) start(ctx context.Context, c *container) {
 		} else if err != nil {
 			e.code = 128
 		}
+		close(exited)
 		w.exits <- e
 	}()
-	if c.spec.ReadinessProbe != nil {
+	// Without a startup probe the container counts as started at once; without a readiness
+	// probe it is ready once started.
+	c.started = c.spec.StartupProbe == nil
+	c.ready = c.started && c.spec.ReadinessProbe == nil
+	if c.spec.StartupProbe != nil || c.spec.ReadinessProbe != nil || c.spec.LivenessProbe != nil {
 		pctx, cancel := context.WithCancel(ctx)
 		c.stopProbe = cancel
-		probe, ip, ports := c.spec.ReadinessProbe, w.ip.String(), c.spec.Ports
-		go runReadiness(pctx, probe, ip, ports, func(ready bool, msg string) {
+		spec, ip := c.spec, w.ip.String()
+		go runProbes(pctx, &spec, ip, func(ev probeEvent) {
+			ev.c, ev.generation = c, gen
 			select {
-			case w.probes <- probeEvent{c: c, generation: gen, ready: ready, msg: msg}:
+			case w.probes <- ev:
 			case <-pctx.Done():
 			}
 		})
-	} else {
-		c.ready = true
+	}
+}
+
+// handleProbe applies a prober's news to the running container it is about.
+func (w *podWorker) handleProbe(p probeEvent) {
+	c := p.c
+	switch p.kind {
+	case probeReadiness:
+		c.ready, c.probeMsg = p.ready, p.msg
+	case probeStarted:
+		c.started, c.probeMsg = true, p.msg
+		if c.spec.ReadinessProbe == nil {
+			c.ready = true
+		}
+	case probeStartupFailed, probeLivenessFailed:
+		which, probe := "Startup", c.spec.StartupProbe
+		if p.kind == probeLivenessFailed {
+			which, probe = "Liveness", c.spec.LivenessProbe
+		}
+		// The kubelet kills the container with the probe's terminationGracePeriodSeconds when
+		// set, else the pod's (kubernetes pkg/kubelet/kuberuntime/kuberuntime_container.go),
+		// and the restart policy decides what follows.
+		grace := w.gracePeriod()
+		if probe != nil && probe.TerminationGracePeriodSeconds != nil {
+			grace = time.Duration(*probe.TerminationGracePeriodSeconds) * time.Second
+		}
+		c.ready, c.probeMsg = false, p.msg
+		if c.stopProbe != nil {
+			c.stopProbe()
+			c.stopProbe = nil
+		}
+		w.k.log.Info("probe failed: killing the container", "pod", w.key, "container", c.spec.Name, "probe", which, "msg", p.msg, "grace", grace)
+		w.k.event(w.pod, corev1.EventTypeWarning, "Unhealthy", which+" "+p.msg)
+		w.k.event(w.pod, corev1.EventTypeNormal, "Killing", fmt.Sprintf("Container %s failed %s probe, will be restarted", c.spec.Name, strings.ToLower(which)))
+		pid, exited := c.cmd.Process.Pid, c.exited
+		_ = syscall.Kill(-pid, syscall.SIGTERM)
+		go func() {
+			select {
+			case <-exited:
+			case <-time.After(grace):
+				_ = syscall.Kill(-pid, syscall.SIGKILL)
+			}
+		}()
 	}
 }
 
@@ -774,7 +826,7 @@ func (w *podWorker) status(current *corev1.PodStatus) corev1.PodStatus {
 			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: c.waitingReason, Message: c.waitingMessage}
 		case c.running:
 			cs.State.Running = &corev1.ContainerStateRunning{StartedAt: c.startedAt}
-			cs.Started = ptr.To(true)
+			cs.Started = ptr.To(c.started)
 			cs.ContainerID = "eppkit-process://" + strconv.Itoa(c.cmd.Process.Pid)
 		case c.finished && c.lastExit != nil:
 			cs.State.Terminated = c.lastExit

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -44,6 +45,99 @@ func timingOf(p *corev1.Probe) probeTiming {
 		t.failure = int(p.FailureThreshold)
 	}
 	return t
+}
+
+// probeKind says what a probeEvent reports.
+type probeKind int
+
+const (
+	// probeReadiness: the readiness verdict changed (probeEvent.ready).
+	probeReadiness probeKind = iota
+	// probeStarted: the startup probe succeeded; readiness and liveness probing begin.
+	probeStarted
+	// probeStartupFailed: the startup probe failed failureThreshold times in a row.
+	probeStartupFailed
+	// probeLivenessFailed: the liveness probe failed failureThreshold times in a row.
+	probeLivenessFailed
+)
+
+// runProbes runs a container's probes the way the kubelet's prober manager does (kubernetes
+// pkg/kubelet/prober/worker.go): the startup probe first, alone, until it succeeds (probeStarted)
+// or fails failureThreshold times in a row (probeStartupFailed, and nothing more); then the
+// readiness and liveness probes side by side, until ctx ends or the liveness probe fails
+// failureThreshold times in a row (probeLivenessFailed). The container is killed on the failures
+// by the receiver, which cancels ctx.
+func runProbes(ctx context.Context, c *corev1.Container, podIP string, send func(probeEvent)) {
+	if c.StartupProbe != nil {
+		ok, msg := probeUntil(ctx, c.StartupProbe, podIP, c.Ports, true)
+		if ctx.Err() != nil {
+			return
+		}
+		if !ok {
+			send(probeEvent{kind: probeStartupFailed, msg: "startup probe failed: " + msg})
+			return
+		}
+		send(probeEvent{kind: probeStarted, msg: "startup probe succeeded"})
+	}
+	var wg sync.WaitGroup
+	if c.ReadinessProbe != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runReadiness(ctx, c.ReadinessProbe, podIP, c.Ports, func(ready bool, msg string) {
+				send(probeEvent{kind: probeReadiness, ready: ready, msg: msg})
+			})
+		}()
+	}
+	if c.LivenessProbe != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, msg := probeUntil(ctx, c.LivenessProbe, podIP, c.Ports, false); ctx.Err() == nil {
+				send(probeEvent{kind: probeLivenessFailed, msg: "liveness probe failed: " + msg})
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// probeUntil probes (after the initial delay, every period) until failureThreshold consecutive
+// failures (false and the last failure), or, with untilSuccess, successThreshold consecutive
+// successes (true); or until ctx ends (false, "").
+func probeUntil(ctx context.Context, p *corev1.Probe, podIP string, ports []corev1.ContainerPort, untilSuccess bool) (bool, string) {
+	t := timingOf(p)
+	select {
+	case <-ctx.Done():
+		return false, ""
+	case <-time.After(t.initialDelay):
+	}
+	okRun, failRun := 0, 0
+	tick := time.NewTicker(t.period)
+	defer tick.Stop()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, t.timeout)
+		err := probeOnce(pctx, p, podIP, ports)
+		cancel()
+		if ctx.Err() != nil {
+			return false, ""
+		}
+		if err == nil {
+			okRun, failRun = okRun+1, 0
+			if untilSuccess && okRun >= t.success {
+				return true, ""
+			}
+		} else {
+			okRun, failRun = 0, failRun+1
+			if failRun >= t.failure {
+				return false, err.Error()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return false, ""
+		case <-tick.C:
+		}
+	}
 }
 
 // runReadiness probes until ctx ends and calls report on every change of the readiness
