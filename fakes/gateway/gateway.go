@@ -31,6 +31,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -162,6 +163,8 @@ type Gateway struct {
 	cfg       Config
 	epp       *extprocclient.Client
 	transport *http.Transport
+	retryOnce sync.Once
+	retry     http.RoundTripper // keep-alives off; see roundTrip
 	rr        atomic.Uint64
 	log       *slog.Logger
 }

@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/eppkit/eppkit/fakes/gateway/extprocclient"
 )
@@ -257,7 +259,7 @@ func (g *Gateway) forward(ctx context.Context, method, path, host string, hdr ht
 		if len(body) == 0 {
 			req.Body = http.NoBody
 		}
-		resp, err := g.transport.RoundTrip(req)
+		resp, err := g.roundTrip(req)
 		if err == nil {
 			return resp, addr, nil
 		}
@@ -564,4 +566,50 @@ func (p *pump) upstreamErr() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.err
+}
+
+// roundTrip sends req once, and once more on a new connection when the first attempt went out on
+// a pooled keep-alive connection that the model server closed before any response byte arrived
+// (io.EOF / connection reset). That is the keep-alive close race every HTTP/1.1 client meets: the
+// server closes an idle connection (e.g. on its own graceful shutdown) just as the client reuses
+// it. net/http retries it only for idempotent methods, and completions are POSTs; Envoy's HTTP/1
+// pool detects most such closes before reuse. Without the retry a conformance test would count a
+// transport race of the stand-in as a routing failure of the EPP under test. A request sent on a
+// fresh connection is never retried, so a model server that really resets requests (fake vLLM
+// failure type "reset") still shows as a 503.
+func (g *Gateway) roundTrip(req *http.Request) (*http.Response, error) {
+	reused := false
+	trace := &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) { reused = info.Reused }}
+	resp, err := g.transport.RoundTrip(req.WithContext(httptrace.WithClientTrace(req.Context(), trace)))
+	if err == nil || !reused || !closedBeforeResponse(err) || req.GetBody == nil || req.Context().Err() != nil {
+		return resp, err
+	}
+	retry := req.Clone(req.Context())
+	body, gerr := req.GetBody()
+	if gerr != nil {
+		return nil, err
+	}
+	retry.Body = body
+	if req.ContentLength == 0 {
+		retry.Body = http.NoBody
+	}
+	g.log.Debug("retrying on a new connection: the reused one was closed before a response", "url", req.URL.String(), "err", err)
+	return g.retryTransport().RoundTrip(retry)
+}
+
+// closedBeforeResponse reports whether err is the peer closing the connection before any response
+// byte: a bare EOF or a connection reset.
+func closedBeforeResponse(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)
+}
+
+// retryTransport returns a transport that does not share g.transport's idle pool, so the retry of
+// roundTrip dials a new connection rather than taking another possibly stale pooled one.
+func (g *Gateway) retryTransport() http.RoundTripper {
+	g.retryOnce.Do(func() {
+		t := g.transport.Clone()
+		t.DisableKeepAlives = true
+		g.retry = t
+	})
+	return g.retry
 }
