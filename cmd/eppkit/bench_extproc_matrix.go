@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,6 +17,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -141,10 +143,12 @@ func matrixAddr(i int) string { return fmt.Sprintf("127.1.%d.%d", i/250, i%250+1
 // shared by all (as the pods of an InferencePool). The pages are rendered once by fake vLLM
 // servers in gauge-only mode with pinned metrics (queue i%5, running i%7, KV usage (i%10)/10), so
 // they are exactly what `eppkit fake-vllm --gauge-only --fake-metrics ...` serves, without a model
-// server behind them: the bench measures the picker, not the fleet.
+// server behind them: the bench measures the picker, not the fleet. Each page is served by a
+// pageServer, whose whole answer is precomputed, because the fleet shares the machine with the
+// EPP under test (100 endpoints scraped every 50 ms is 2,000 requests/s).
 type metricsFleet struct {
 	Addrs []string // "ip:port"
-	srvs  []*http.Server
+	srvs  []*pageServer
 }
 
 func startMetricsFleet(n int) (*metricsFleet, error) {
@@ -182,25 +186,128 @@ func listenMetricsFleet(pages [][]byte) (*metricsFleet, error) {
 		lns = append(lns, ln)
 	}
 	for i, ln := range lns {
-		page := pages[i]
-		srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Path != "/metrics" {
-				http.NotFound(w, r)
-				return
-			}
-			w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-			_, _ = w.Write(page)
-		})}
+		srv := newPageServer(ln, "/metrics", "text/plain; version=0.0.4; charset=utf-8", pages[i])
 		f.srvs = append(f.srvs, srv)
 		f.Addrs = append(f.Addrs, ln.Addr().String())
-		go func() { _ = srv.Serve(ln) }()
+		go srv.serve()
 	}
 	return f, nil
 }
 
 func (f *metricsFleet) Close() {
 	for _, s := range f.srvs {
-		_ = s.Close()
+		s.close()
+	}
+}
+
+// pageServer answers every HTTP/1.1 GET of one path with one fixed page and anything else with
+// 404, on keep-alive connections, writing a precomputed answer (status line, Content-Type,
+// Content-Length, body) in one write. It reads request lines and headers (a request body, which
+// no scraper sends, is skipped by its Content-Length) and honours "Connection: close". It is a
+// load fixture, not a general HTTP server.
+type pageServer struct {
+	ln            net.Listener
+	pagePath      string
+	page, missing []byte
+
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	closed bool
+}
+
+func newPageServer(ln net.Listener, path, contentType string, page []byte) *pageServer {
+	answer := func(status, ctype string, body []byte) []byte {
+		return append(fmt.Appendf(nil, "HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n", status, ctype, len(body)), body...)
+	}
+	return &pageServer{ln: ln, page: answer("200 OK", contentType, page),
+		missing: answer("404 Not Found", "text/plain; charset=utf-8", []byte("404 page not found\n")),
+		conns:   map[net.Conn]struct{}{}, pagePath: path}
+}
+
+func (p *pageServer) serve() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			_ = c.Close()
+			return
+		}
+		p.conns[c] = struct{}{}
+		p.mu.Unlock()
+		go p.handle(c)
+	}
+}
+
+func (p *pageServer) close() {
+	p.mu.Lock()
+	p.closed = true
+	conns := p.conns
+	p.conns = map[net.Conn]struct{}{}
+	p.mu.Unlock()
+	_ = p.ln.Close()
+	for c := range conns {
+		_ = c.Close()
+	}
+}
+
+func (p *pageServer) handle(c net.Conn) {
+	defer func() {
+		p.mu.Lock()
+		delete(p.conns, c)
+		p.mu.Unlock()
+		_ = c.Close()
+	}()
+	br := bufio.NewReaderSize(c, 4096)
+	for {
+		line, err := br.ReadSlice('\n')
+		if err != nil {
+			return
+		}
+		// "GET /metrics HTTP/1.1"
+		fields := bytes.Fields(line)
+		if len(fields) != 3 {
+			return
+		}
+		target := fields[1]
+		if i := bytes.IndexByte(target, '?'); i >= 0 {
+			target = target[:i]
+		}
+		ok := string(fields[0]) == http.MethodGet && string(target) == p.pagePath
+		closeAfter, bodyLen := string(fields[2]) == "HTTP/1.0", 0
+		for {
+			h, err := br.ReadSlice('\n')
+			if err != nil {
+				return
+			}
+			h = bytes.TrimRight(h, "\r\n")
+			if len(h) == 0 {
+				break
+			}
+			name, value, _ := bytes.Cut(h, []byte(":"))
+			value = bytes.TrimSpace(value)
+			switch {
+			case bytes.EqualFold(name, []byte("Connection")):
+				closeAfter = bytes.EqualFold(value, []byte("close"))
+			case bytes.EqualFold(name, []byte("Content-Length")):
+				if bodyLen, err = strconv.Atoi(string(value)); err != nil || bodyLen < 0 {
+					return
+				}
+			}
+		}
+		if _, err := br.Discard(bodyLen); err != nil {
+			return
+		}
+		answer := p.page
+		if !ok {
+			answer = p.missing
+		}
+		if _, err := c.Write(answer); err != nil || closeAfter {
+			return
+		}
 	}
 }
 
