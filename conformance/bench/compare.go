@@ -30,6 +30,7 @@ type CompareRow struct {
 	// At the comparison step: TTFT (ms), output throughput (tok/s), failed requests, machine CPU
 	// (%) and whether the step is valid (CPU < 80%).
 	MeanTTFTMs       float64 `json:"mean_ttft_ms"`
+	P50TTFTMs        float64 `json:"p50_ttft_ms"`
 	P90TTFTMs        float64 `json:"p90_ttft_ms"`
 	OutputThroughput float64 `json:"output_throughput"`
 	Failed           int     `json:"failed"`
@@ -47,7 +48,10 @@ type CompareRow struct {
 	// MaxSustainedRate is the highest sustained ladder rate (0 = none), MaxSustainedValid whether
 	// that step's CPU reading was valid too; MaxSustainedThroughput is its output throughput and
 	// MaxSustainedRatio that ÷ the baseline's.
+	// MaxSustainedP50TTFTMs is that step's median TTFT (ms): issue 6's predicted-latency target
+	// compares policies on it.
 	MaxSustainedRate       float64 `json:"max_sustained_rate"`
+	MaxSustainedP50TTFTMs  float64 `json:"max_sustained_p50_ttft_ms"`
 	MaxSustainedValid      bool    `json:"max_sustained_valid"`
 	MaxSustainedThroughput float64 `json:"max_sustained_throughput"`
 	MaxSustainedRatio      float64 `json:"max_sustained_ratio"`
@@ -123,13 +127,14 @@ func (c *Comparison) build() {
 		row := CompareRow{Target: r.Target}
 		if c.Step < len(r.Steps) {
 			s := r.Steps[c.Step]
-			row.MeanTTFTMs, row.P90TTFTMs = s.Metrics.TTFT.Mean, s.Metrics.TTFT.Percentiles["p90"]
+			row.MeanTTFTMs, row.P50TTFTMs, row.P90TTFTMs = s.Metrics.TTFT.Mean, s.Metrics.TTFT.Median, s.Metrics.TTFT.Percentiles["p90"]
 			row.OutputThroughput, row.Failed, row.CPUPercent, row.Valid = s.Metrics.OutputThroughput, s.Metrics.Failed, s.CPUPercent, s.Valid
 			row.CachedFraction, row.OracleRatio, row.EngineTTFTMs = s.Metrics.CachedTokenFraction, s.OracleRatio, s.EngineTTFTMs
 		}
 		for i := len(r.Steps) - 1; i >= 0; i-- {
 			if r.Steps[i].Sustained {
 				row.MaxSustainedRate, row.MaxSustainedThroughput = r.Steps[i].Rate, r.Steps[i].Metrics.OutputThroughput
+				row.MaxSustainedP50TTFTMs = r.Steps[i].Metrics.TTFT.Median
 				row.MaxSustainedValid = r.Steps[i].Valid
 				break
 			}
@@ -162,11 +167,11 @@ func PrintComparison(w io.Writer, c *Comparison) {
 	fmt.Fprintf(w, "Ratios are against %s; p90 speedup = its p90 TTFT ÷ the policy's; oracle = mean TTFT ÷ the oracle bound (%.1f ms).\n",
 		c.Results[0].Target, s.OracleMeanTTFTMs)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\tmean TTFT (ms)\tfake TTFT (ms)\tp90 TTFT (ms)\tp90 speedup\toutput tok/s\tthroughput ratio\toracle ratio\tcached\tfailed\tCPU %\tvalid\tmax sustained (req/s)\tvalid\tits tok/s\tratio\t")
+	fmt.Fprintln(tw, "policy\tmean TTFT (ms)\tfake TTFT (ms)\tp50 TTFT (ms)\tp90 TTFT (ms)\tp90 speedup\toutput tok/s\tthroughput ratio\toracle ratio\tcached\tfailed\tCPU %\tvalid\tmax sustained (req/s)\tvalid\tits p50 TTFT (ms)\tits tok/s\tratio\t")
 	for _, r := range c.Rows {
-		fmt.Fprintf(tw, "%s\t%.1f\t%s\t%.1f\t%.2fx\t%.1f\t%.2fx\t%.2fx\t%.0f%%\t%d\t%s\t%s\t%.2f\t%s\t%.1f\t%.2fx\t\n", r.Target, r.MeanTTFTMs, msString(r.EngineTTFTMs), r.P90TTFTMs,
+		fmt.Fprintf(tw, "%s\t%.1f\t%s\t%.1f\t%.1f\t%.2fx\t%.1f\t%.2fx\t%.2fx\t%.0f%%\t%d\t%s\t%s\t%.2f\t%s\t%.1f\t%.1f\t%.2fx\t\n", r.Target, r.MeanTTFTMs, msString(r.EngineTTFTMs), r.P50TTFTMs, r.P90TTFTMs,
 			r.P90Speedup, r.OutputThroughput, r.ThroughputRatio, r.OracleRatio, 100*r.CachedFraction, r.Failed, cpuString(r.CPUPercent),
-			yesNo(r.Valid), r.MaxSustainedRate, yesNo(r.MaxSustainedValid), r.MaxSustainedThroughput, r.MaxSustainedRatio)
+			yesNo(r.Valid), r.MaxSustainedRate, yesNo(r.MaxSustainedValid), r.MaxSustainedP50TTFTMs, r.MaxSustainedThroughput, r.MaxSustainedRatio)
 	}
 	_ = tw.Flush()
 	for name, why := range c.Skipped {
