@@ -49,6 +49,10 @@ const (
 	DefaultGracePeriod = 30 * time.Second
 	// Component is the event source and the node's kubelet version suffix.
 	Component = "eppkit-kubelet"
+	// ContainerRuntimeVersion is the node's status.nodeInfo.containerRuntimeVersion: how clients
+	// tell the process kubelet's nodes (pods share the host's network namespace, each on its own
+	// IP) from a real container runtime's.
+	ContainerRuntimeVersion = "eppkit-process://v1"
 )
 
 // Waiting reasons the kubelet sets on containers it cannot run.
@@ -368,7 +372,7 @@ func (k *Kubelet) writeNodeStatus(ctx context.Context, node *corev1.Node) error 
 		Addresses:       []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: k.cfg.NodeIP}},
 		DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: int32(k.apiPort)}},
 		NodeInfo: corev1.NodeSystemInfo{KubeletVersion: "v1.37.2-" + Component, OperatingSystem: runtime.GOOS,
-			Architecture: runtime.GOARCH, ContainerRuntimeVersion: "eppkit-process://v1"},
+			Architecture: runtime.GOARCH, ContainerRuntimeVersion: ContainerRuntimeVersion},
 	}
 	if _, err := k.cfg.Client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
 		if apierrors.IsConflict(err) {
