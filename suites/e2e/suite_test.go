@@ -60,6 +60,7 @@ import (
 	"github.com/eppkit/eppkit/conformance/cluster/local"
 	"github.com/eppkit/eppkit/conformance/cluster/portforward"
 	"github.com/eppkit/eppkit/fakes/gateway/clustergw"
+	"github.com/eppkit/eppkit/fakes/kubelet"
 	"github.com/eppkit/eppkit/internal/testseed"
 	"github.com/eppkit/eppkit/manifests"
 )
@@ -238,7 +239,16 @@ var _ = ginkgo.BeforeSuite(func(ctx context.Context) {
 	objs = append(objs, failClosePoolObject(objs))
 	applier, err := apply.New(e.rest)
 	gomega.Expect(err).NotTo(gomega.HaveOccurred())
-	_, err = applier.Apply(ctx, objs, apply.Options{Namespace: e.ns, Mutate: tuneEPP})
+	mutate := tuneEPP
+	if !processKubelet(ctx) {
+		mutate = func(u *unstructured.Unstructured) error {
+			if err := tuneEPP(u); err != nil {
+				return err
+			}
+			return bindAllInterfaces(u)
+		}
+	}
+	_, err = applier.Apply(ctx, objs, apply.Options{Namespace: e.ns, Mutate: mutate})
 	gomega.Expect(err).NotTo(gomega.HaveOccurred())
 
 	ginkgo.By("waiting for the fake vLLM and EPP Deployments")
@@ -335,6 +345,51 @@ func tuneEPP(u *unstructured.Unstructured) error {
 	}
 	c["args"] = anyArgs
 	containers[0] = c
+	return unstructured.SetNestedSlice(u.Object, containers, "spec", "template", "spec", "containers")
+}
+
+// processKubelet reports whether every node is run by eppkit's process kubelet (fakes/kubelet).
+func processKubelet(ctx context.Context) bool {
+	ginkgo.GinkgoHelper()
+	nodes, err := e.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	gomega.Expect(err).NotTo(gomega.HaveOccurred())
+	for _, n := range nodes.Items {
+		if n.Status.NodeInfo.ContainerRuntimeVersion != kubelet.ContainerRuntimeVersion {
+			return false
+		}
+	}
+	return len(nodes.Items) > 0
+}
+
+// bindAllInterfaces rewrites a container arg value "$(POD_IP)" (the manifests' --bind-address and
+// --host) to 0.0.0.0. The manifests bind the pod IP because the process kubelet's pods share one
+// network namespace, each on its own IP; in a real pod network namespace the pod IP alone would
+// refuse port-forwarded connections, which the container runtime dials on localhost inside the
+// pod (containerd's sandbox port-forward).
+func bindAllInterfaces(u *unstructured.Unstructured) error {
+	if u.GetKind() != "Deployment" {
+		return nil
+	}
+	containers, _, err := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
+	if err != nil {
+		return fmt.Errorf("deployment %s: %w", u.GetName(), err)
+	}
+	for i, c := range containers {
+		cm := c.(map[string]any)
+		args, _, _ := unstructured.NestedStringSlice(cm, "args")
+		if len(args) == 0 {
+			continue
+		}
+		out := make([]any, len(args))
+		for j, a := range args {
+			if a == "$(POD_IP)" && j > 0 && (args[j-1] == "--bind-address" || args[j-1] == "--host") {
+				a = "0.0.0.0"
+			}
+			out[j] = a
+		}
+		cm["args"] = out
+		containers[i] = cm
+	}
 	return unstructured.SetNestedSlice(u.Object, containers, "spec", "template", "spec", "containers")
 }
 
