@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -157,4 +158,44 @@ func NeedsPredictorSidecar(tests []ConformanceTest) bool {
 		}
 	}
 	return false
+}
+
+// Pause stops the sidecar process with SIGSTOP: the kernel still accepts connections on its
+// port, but nothing answers, as with a hung predictor server. Resume undoes it. Pausing a
+// sidecar that does not run is an error.
+func (p *PredictorSidecar) Pause() error { return p.signal(syscall.SIGSTOP) }
+
+// Resume continues a paused sidecar (SIGCONT).
+func (p *PredictorSidecar) Resume() error { return p.signal(syscall.SIGCONT) }
+
+func (p *PredictorSidecar) signal(sig syscall.Signal) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return errors.New("predictor sidecar: not running")
+	}
+	return p.cmd.Process.Signal(sig)
+}
+
+// PausePredictor makes the predictor sidecar the target was given ({{.PredictorURL}}) hang
+// (PredictorSidecar.Pause) and returns the function that resumes it; t.Cleanup resumes it too.
+// ok is false, doing nothing, when the harness runs no sidecar.
+func (s *Suite) PausePredictor(t TestingT) (resume func(), ok bool) {
+	t.Helper()
+	if s.predictor == nil || !s.predictor.Running() {
+		return nil, false
+	}
+	if err := s.predictor.Pause(); err != nil {
+		t.Fatalf("pause the predictor sidecar: %v", err)
+	}
+	var once sync.Once
+	resume = func() {
+		once.Do(func() {
+			if err := s.predictor.Resume(); err != nil {
+				t.Errorf("resume the predictor sidecar: %v", err)
+			}
+		})
+	}
+	t.Cleanup(resume)
+	return resume, true
 }
