@@ -46,6 +46,7 @@ const (
 	LegacyMatchOffByOne     Name = "legacy-match-off-by-one"
 	ProfileHeaderMissing    Name = "profile-header-missing"
 	RanksBeyondFirstDropped Name = "ranks-beyond-first-dropped"
+	PrepareBudgetIgnored    Name = "prepare-budget-ignored"
 )
 
 // Mutant describes one mutant for the matrix.
@@ -115,6 +116,8 @@ var catalogue = []Mutant{
 		Where: "reference/extproc responseHeaders: x-eppkit-profile is not set", Kind: BlackBox, Target: "ReferenceProfileHeader"},
 	{Name: RanksBeyondFirstDropped, Breaks: "every rank port (targetPort) of a Ready pod is an endpoint (SPEC §6 DataParallelRanks; GIE v1.5.0 pkg/epp/datastore)",
 		Where: "reference/discovery PoolEndpoints: only the first targetPort of each pod becomes an endpoint", Kind: BlackBox, Target: "DataParallelRanks", NeedsAPIServer: true},
+	{Name: PrepareBudgetIgnored, Breaks: "a PrepareData producer overrunning the phase budget does not hold the decision (SPEC §1.1, eppkit)",
+		Where: "reference/framework Runtime.PrepareData: the budget timer is never selected, the phase waits for every plugin", Kind: BlackBox, Target: "ReferencePrepareDataBudget"},
 	{Name: PluginStateScoreOnly, Breaks: "the prefix producer writes its plugin state in PrepareData, so the pick is indexed without a prefix scorer (GIE PR #2005, SPEC §1)",
 		Where: "reference/plugins/prefix Producer.PrepareRequestData: no plugin-state write", Kind: WhiteBox, Suite: "pluginstate",
 		Target: "the only profile has no prefix scorer should hold: PreRequest indexes the pick"},

@@ -8,6 +8,8 @@ import (
 	"runtime/debug"
 	"sync"
 	"time"
+
+	"github.com/eppkit/eppkit/internal/mutant"
 )
 
 // PrepareDataStats counts PrepareData outcomes since the runtime was built, for metrics and
@@ -93,6 +95,10 @@ func (r *Runtime) PrepareData(ctx context.Context, req *LLMRequest, endpoints []
 		requestID = req.RequestID
 	}
 
+	budget := timer.C()
+	if mutant.Enabled && mutant.On(mutant.PrepareBudgetIgnored) {
+		budget = nil // the phase waits for every plugin, however long it runs
+	}
 	for li, layer := range r.prepLayers {
 		done := make(chan prepOutcome, len(layer))
 		views := make([][]*Endpoint, len(layer))
@@ -122,7 +128,7 @@ func (r *Runtime) PrepareData(ctx context.Context, req *LLMRequest, endpoints []
 						"requestID", requestID, "error", o.err.Error())
 					return fmt.Errorf("prepareData %s: %w", tn, o.err)
 				}
-			case <-timer.C():
+			case <-budget:
 				cancel()
 				r.commit(layer, views, finished, errs, endpoints, requestID)
 				for i, p := range layer {
