@@ -4,11 +4,13 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -163,6 +165,12 @@ func TestBootstrapShape(t *testing.T) {
 	}
 	if c := clusters["epp"]; addr(c) != fmt.Sprintf("%s:%d", manifests.EPPService, manifests.EPPGRPCPort) {
 		t.Errorf("epp cluster must reach the Service %s:%d, got %s", manifests.EPPService, manifests.EPPGRPCPort, addr(c))
+	}
+	// The e2e suite's "Service selects no pod" spec relies on connections to the EPP being
+	// recycled (an established flow through the ClusterIP outlives the endpoints).
+	po := unpack[upstreamhttpv3.HttpProtocolOptions](t, clusters["epp"].GetTypedExtensionProtocolOptions()["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"])
+	if d := po.GetCommonHttpProtocolOptions().GetMaxConnectionDuration(); d == nil || d.AsDuration() <= 0 || d.AsDuration() > 15*time.Second {
+		t.Errorf("epp cluster max_connection_duration %v, want set and at most 15s", d)
 	}
 	if got := bs.GetAdmin().GetAddress().GetSocketAddress().GetPortValue(); got != manifests.EnvoyAdminPort {
 		t.Errorf("admin port %d, want %d", got, manifests.EnvoyAdminPort)

@@ -158,11 +158,26 @@ func (g *envoyGW) Do(ctx context.Context, req *gateway.Request) (*gateway.Result
 	return nil, lastErr
 }
 
-// EPPResolved: Envoy's epp cluster resolves the EPP Service by DNS and kube-proxy forwards to its
-// Ready endpoints, so the EPP is reachable exactly when the Service has one.
+// EPPResolved: Envoy's epp cluster resolves the EPP Service by DNS and kube-proxy forwards new
+// connections to its Ready endpoints, but an established connection outlives them (recycled after
+// the bootstrap's max_connection_duration). So the EPP counts as gone when the Service has no Ready
+// endpoint and a request through this listener shows it: failed open on the FailOpen listener, a
+// 5xx on the FailClose one.
 func (g *envoyGW) EPPResolved(ctx context.Context) (bool, error) {
 	addrs, err := serviceAddresses(ctx, manifests.EPPService)
-	return len(addrs) > 0, err
+	if err != nil || len(addrs) > 0 {
+		return true, err
+	}
+	body := fmt.Sprintf(`{"model":%q,"prompt":"eppkit e2e: is the EPP gone %d","max_tokens":1}`, manifests.FakeVLLMModel, time.Now().UnixNano())
+	r, err := g.Do(ctx, &gateway.Request{Method: http.MethodPost, Path: "/v1/completions",
+		Headers: map[string]string{"Content-Type": "application/json"}, Body: []byte(body)})
+	if err != nil {
+		return true, err
+	}
+	if g.port == manifests.EnvoyFailOpenPort {
+		return !r.FailedOpen, nil
+	}
+	return r.Status < 500, nil
 }
 
 // sendHTTP sends req to base (scheme://host:port) and reads the whole response.
