@@ -98,6 +98,7 @@ var (
 	flagContext     = flag.String("context", os.Getenv("EPPKIT_CONTEXT"), "kubeconfig context for --provider existing (env EPPKIT_CONTEXT)")
 	flagOut         = flag.String("out", envOr("EPPKIT_E2E_OUT", "../../out/e2e"), "where logs are exported on failure (env EPPKIT_E2E_OUT)")
 	flagGateway     = flag.String("gateway", os.Getenv("EPPKIT_E2E_GATEWAY"), "gateway: standin or envoy (env EPPKIT_E2E_GATEWAY; default standin on local, envoy elsewhere)")
+	flagImage       = flag.String("image", os.Getenv("EPPKIT_E2E_IMAGE"), "run the manifests' eppkit image as this one (env EPPKIT_E2E_IMAGE; for existing clusters that pull from a registry)")
 	flagReach       = flag.String("reach", os.Getenv("EPPKIT_E2E_REACH"), "how pods are reached: direct or port-forward (env EPPKIT_E2E_REACH; default direct on local, port-forward elsewhere)")
 )
 
@@ -198,7 +199,7 @@ var _ = ginkgo.BeforeSuite(func(ctx context.Context) {
 	}, ginkgo.NodeTimeout(2*time.Minute))
 
 	if err := p.LoadImage(ctx, manifests.Image); errors.Is(err, cluster.ErrImageLoadUnsupported) {
-		ginkgo.GinkgoWriter.Printf("e2e: %s cannot load images (%v): %s must be pullable by the cluster\n", p.Name(), err, manifests.Image)
+		ginkgo.GinkgoWriter.Printf("e2e: %s cannot load images (%v): %s must be pullable by the cluster (--image / EPPKIT_E2E_IMAGE names another)\n", p.Name(), err, manifests.Image)
 	} else {
 		gomega.Expect(err).NotTo(gomega.HaveOccurred())
 	}
@@ -239,14 +240,20 @@ var _ = ginkgo.BeforeSuite(func(ctx context.Context) {
 	objs = append(objs, failClosePoolObject(objs))
 	applier, err := apply.New(e.rest)
 	gomega.Expect(err).NotTo(gomega.HaveOccurred())
-	mutate := tuneEPP
+	mutators := []func(*unstructured.Unstructured) error{tuneEPP}
 	if !processKubelet(ctx) {
-		mutate = func(u *unstructured.Unstructured) error {
-			if err := tuneEPP(u); err != nil {
+		mutators = append(mutators, bindAllInterfaces)
+	}
+	if *flagImage != "" {
+		mutators = append(mutators, apply.SetImage(manifests.Image, *flagImage))
+	}
+	mutate := func(u *unstructured.Unstructured) error {
+		for _, m := range mutators {
+			if err := m(u); err != nil {
 				return err
 			}
-			return bindAllInterfaces(u)
 		}
+		return nil
 	}
 	_, err = applier.Apply(ctx, objs, apply.Options{Namespace: e.ns, Mutate: mutate})
 	gomega.Expect(err).NotTo(gomega.HaveOccurred())
