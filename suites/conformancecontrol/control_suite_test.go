@@ -45,8 +45,10 @@ func TestConformanceControl(t *testing.T) {
 var mustFailWithRandomPicker = []string{"KVCacheAwareness", "LoRAAffinity", "PredictedLatency", "PrefixCacheAffinity", "QueueAwareness"}
 
 // failsWithoutLatencyPlugins are the non-statistical tests the random-picker config fails because
-// it has no predicted-latency plugins, so nothing parses x-slo-* headers (SPEC §4.1).
-var failsWithoutLatencyPlugins = []string{"ReferenceMalformedSLOHeader400"}
+// it has no predicted-latency plugins: nothing parses x-slo-* headers (SPEC §4.1), and no
+// PrepareData producer calls the predictor sidecar, so ReferencePrepareDataBudget never sees the
+// "predicted-latency" profile it waits for before stalling the producer (SPEC §1.1).
+var failsWithoutLatencyPlugins = []string{"ReferenceMalformedSLOHeader400", "ReferencePrepareDataBudget"}
 
 var bin string
 
