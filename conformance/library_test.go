@@ -315,8 +315,9 @@ func TestReportRoundTrip(t *testing.T) {
 			Summary: "No core tests in this profile. Extended tests failed with 1 test failures.",
 			Core:    confv1.Status{Result: confv1.Success},
 			Extended: &confv1.ExtendedStatus{
-				Status: confv1.Status{Result: confv1.Failure, Statistics: confv1.Statistics{Failed: 1, Skipped: 1},
-					SkippedTests: []string{"Queue"}, FailedTests: []string{"Prefix"}},
+				// Queue's feature is not claimed: NOT_SUPPORTED, counted nowhere (gateway-api).
+				Status: confv1.Status{Result: confv1.Failure, Statistics: confv1.Statistics{Failed: 1},
+					FailedTests: []string{"Prefix"}},
 				SupportedFeatures: []string{"PrefixCacheAffinity"}, UnsupportedFeatures: []string{"OpenAIRequestParsing",
 					"QueueAwareness", "KVCacheAwareness", "LoRAAffinity", "PredictedLatency", "RequestShedding",
 					"EndpointChurn", "DataParallelRanks"}}}},
@@ -528,5 +529,31 @@ func TestRunnerTargetDied(t *testing.T) {
 	if ran || res[0].Outcome != Failed || !strings.Contains(res[0].Message, "exited during the run") ||
 		!strings.Contains(res[0].Message, "dying words") {
 		t.Fatalf("ran=%v result %+v", ran, res[0])
+	}
+}
+
+// Claiming fewer features keeps a profile's result success (gateway-api's NOT_SUPPORTED); a test
+// skipped for another reason (here --skip-tests, and a precondition) still makes it partial.
+func TestReportUnsupportedIsNotPartial(t *testing.T) {
+	meta := sampleMeta()
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	res := []TestResult{
+		{Test: fakeTest("Prefix", ProfileEPPRouting, LevelUpstream, FeaturePrefixCacheAffinity), Outcome: Passed, Start: now},
+		{Test: fakeTest("Queue", ProfileEPPRouting, LevelUpstream, FeatureQueueAwareness), Outcome: Skipped, Start: now},
+	}
+	ext := BuildReport(ProfileEPPRouting, meta, res).ProfileReports[0].Extended
+	if ext.Result != confv1.Success || ext.Statistics != (confv1.Statistics{Passed: 1}) || len(ext.SkippedTests) != 0 {
+		t.Errorf("unsupported feature only: extended = %+v, want success with 1 passed and nothing skipped", ext.Status)
+	}
+	meta.Selection.SkipTests = []string{"Queue"}
+	meta.Selection.SupportedFeatures = append(meta.Selection.SupportedFeatures, FeatureQueueAwareness)
+	ext = BuildReport(ProfileEPPRouting, meta, res).ProfileReports[0].Extended
+	if ext.Result != confv1.Partial || ext.Statistics.Skipped != 1 {
+		t.Errorf("--skip-tests: extended = %+v, want partial with 1 skipped", ext.Status)
+	}
+	meta.Selection.SkipTests = nil
+	ext = BuildReport(ProfileEPPRouting, meta, res).ProfileReports[0].Extended
+	if ext.Result != confv1.Partial || ext.Statistics.Skipped != 1 {
+		t.Errorf("claimed but skipped (precondition): extended = %+v, want partial with 1 skipped", ext.Status)
 	}
 }

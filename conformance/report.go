@@ -70,7 +70,10 @@ type ReportMeta struct {
 }
 
 // BuildReport makes the report of profile p from the results of a run (results of other
-// profiles are ignored). Core = tests without features; Extended = feature-gated tests.
+// profiles are ignored). Core = tests without features; Extended = feature-gated tests. Tests
+// skipped only because their feature is not claimed are not counted (Selection.NotSupported);
+// other skips (--skip-tests, --run-test, exempt features, unmet preconditions) make the result
+// partial.
 func BuildReport(p Profile, meta ReportMeta, results []TestResult) ConformanceReport {
 	var core, ext confv1.Status
 	var provisional []string
@@ -97,6 +100,9 @@ func BuildReport(p Profile, meta ReportMeta, results []TestResult) ConformanceRe
 			st.Statistics.Failed++
 			st.FailedTests = append(st.FailedTests, r.Test.ShortName)
 		case Skipped:
+			if meta.Selection.NotSupported(r.Test) {
+				continue // NOT_SUPPORTED in gateway-api: counted nowhere (Selection.NotSupported)
+			}
 			st.Statistics.Skipped++
 			st.SkippedTests = append(st.SkippedTests, r.Test.ShortName)
 		}

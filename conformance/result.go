@@ -102,14 +102,7 @@ func (sel Selection) SkipReason(ct ConformanceTest) string {
 	if slices.Contains(sel.SkipTests, ct.ShortName) {
 		return "skipped by --skip-tests"
 	}
-	var exempt, missing []string
-	for _, f := range ct.Features {
-		if slices.Contains(sel.ExemptFeatures, f) {
-			exempt = append(exempt, string(f))
-		} else if !slices.Contains(sel.SupportedFeatures, f) {
-			missing = append(missing, string(f))
-		}
-	}
+	exempt, missing := sel.featureGaps(ct)
 	if len(exempt) > 0 {
 		return "feature " + strings.Join(exempt, ", ") + " is exempt (--exempt-features)"
 	}
@@ -117,6 +110,33 @@ func (sel Selection) SkipReason(ct ConformanceTest) string {
 		return "feature " + strings.Join(missing, ", ") + " is not in --supported-features"
 	}
 	return ""
+}
+
+// NotSupported reports whether the test does not run only because a feature it needs is not in
+// --supported-features (SkipReason's last reason). Reports count such tests nowhere, as
+// gateway-api's conformance suite does with its NOT_SUPPORTED results
+// (kubernetes-sigs/gateway-api conformance/utils/suite/reports.go, addTestResults): claiming
+// fewer features leaves a profile's result success, not partial; the features are listed as
+// unsupported instead.
+func (sel Selection) NotSupported(ct ConformanceTest) bool {
+	if !sel.Selected(ct) || (sel.RunTest != "" && sel.RunTest != ct.ShortName) || slices.Contains(sel.SkipTests, ct.ShortName) {
+		return false
+	}
+	exempt, missing := sel.featureGaps(ct)
+	return len(exempt) == 0 && len(missing) > 0
+}
+
+// featureGaps splits the test's features the selection does not run into exempt ones and ones
+// not claimed.
+func (sel Selection) featureGaps(ct ConformanceTest) (exempt, missing []string) {
+	for _, f := range ct.Features {
+		if slices.Contains(sel.ExemptFeatures, f) {
+			exempt = append(exempt, string(f))
+		} else if !slices.Contains(sel.SupportedFeatures, f) {
+			missing = append(missing, string(f))
+		}
+	}
+	return exempt, missing
 }
 
 // ParseProfiles parses a comma list of profile names ("all" = every profile).
