@@ -32,6 +32,15 @@ import (
 //go:embed k8s envoy/envoy.yaml kind/cluster.yaml
 var files embed.FS
 
+//go:embed epp-configs/conformance.yaml
+var conformanceEPPConfig []byte
+
+// ConformanceEPPConfig returns epp-configs/conformance.yaml: the reference EPP's
+// EndpointPickerConfig that claims every feature with tests (its defaults, lora-affinity-scorer,
+// predicted-latency routing for requests with SLO headers, latency-slo-admitter). `eppkit
+// conformance --target reference` gives it to the reference when no --config-file is set.
+func ConformanceEPPConfig() []byte { return bytes.Clone(conformanceEPPConfig) }
+
 // Names, images and ports of the objects in k8s/, for code that applies them and then talks to
 // them (the e2e suite, `eppkit conformance --target cluster`).
 const (

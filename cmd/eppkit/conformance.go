@@ -18,6 +18,7 @@ import (
 	confv1 "sigs.k8s.io/gateway-api/conformance/apis/v1"
 
 	"github.com/eppkit/eppkit/conformance"
+	"github.com/eppkit/eppkit/manifests"
 )
 
 // Exit codes of `eppkit conformance` (gateway-api style contract).
@@ -222,6 +223,9 @@ func plan(f conformanceFlags, tests []conformance.ConformanceTest) (*runPlan, er
 		if _, err := os.Stat(f.configFile); err != nil {
 			return nil, badFlags("--config-file: %v", err)
 		}
+		if f.target == "command" && !strings.Contains(f.command, ".ConfigFile") {
+			return nil, badFlags("--config-file: the --command template does not pass {{.ConfigFile}} to your EPP, so the file would be ignored")
+		}
 	}
 	if _, err := conformance.ParseTargetTLS(f.targetTLS); err != nil {
 		return nil, badFlags("%v", err)
@@ -283,6 +287,16 @@ func runConformance(cmd *cobra.Command, f conformanceFlags) error {
 	eppkit, err := os.Executable()
 	if err != nil {
 		return &exitError{code: exitHarness, err: fmt.Errorf("locate the eppkit binary: %w", err)}
+	}
+	if f.target == "reference" && f.configFile == "" {
+		// The reference passes every test only with the config that claims every feature
+		// (manifests/epp-configs/conformance.yaml, embedded): use it unless --config-file says otherwise.
+		tmp, err := writeTempConfig(manifests.ConformanceEPPConfig())
+		if err != nil {
+			return &exitError{code: exitHarness, err: err}
+		}
+		defer os.Remove(tmp)
+		f.configFile = tmp
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -379,4 +393,18 @@ func reproduceLines(f conformanceFlags) []string {
 		args = append(args, conformance.ShellQuote(a))
 	}
 	return append(lines, strings.Join(args, " "))
+}
+
+// writeTempConfig writes an EndpointPickerConfig to a new temporary file and returns its path.
+func writeTempConfig(b []byte) (string, error) {
+	f, err := os.CreateTemp("", "eppkit-reference-config-*.yaml")
+	if err != nil {
+		return "", fmt.Errorf("write the reference's config: %w", err)
+	}
+	if _, err := f.Write(b); err != nil {
+		_ = f.Close()
+		_ = os.Remove(f.Name())
+		return "", fmt.Errorf("write the reference's config: %w", err)
+	}
+	return f.Name(), f.Close()
 }
