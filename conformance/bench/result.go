@@ -146,6 +146,10 @@ type StepResult struct {
 	// samples; Sustained is 0 failed requests and MedianQueue ≤ MaxSustainedMedianQueue.
 	MedianQueue float64 `json:"median_queue"`
 	Sustained   bool    `json:"sustained"`
+	// WorstEndpointMedianQueue is the largest of the endpoints' own median waiting queues over
+	// the window's samples. Reported only: Sustained pools every endpoint's samples, so a fleet
+	// with idle endpoints beside saturated ones can read median 0; this shows the hot spot.
+	WorstEndpointMedianQueue float64 `json:"worst_endpoint_median_queue"`
 	// OracleMeanTTFTMs is the oracle bound's mean over the step's requests (ms); OracleRatio is
 	// the step's mean TTFT ÷ it.
 	OracleMeanTTFTMs float64 `json:"oracle_mean_ttft_ms"`
@@ -218,17 +222,22 @@ func BuildResult(target string, spec Spec, steps []Step, load *Load, percentiles
 		sr.CPUPercent, sr.SelfCPUPercent = cpuPercent(load.Samples, lo, hi)
 		sr.Valid = sr.CPUPercent >= 0 && sr.CPUPercent < MaxValidCPUPercent
 		var q []float64
+		perEndpoint := map[string][]float64{}
 		for _, s := range load.Samples {
 			if s.AtMs < lo || s.AtMs > hi {
 				continue
 			}
-			for _, e := range s.Endpoints {
+			for name, e := range s.Endpoints {
 				if e.OK {
 					q = append(q, e.Waiting)
+					perEndpoint[name] = append(perEndpoint[name], e.Waiting)
 				}
 			}
 		}
 		sr.MedianQueue = Percentile(q, 50)
+		for _, w := range perEndpoint {
+			sr.WorstEndpointMedianQueue = max(sr.WorstEndpointMedianQueue, Percentile(w, 50))
+		}
 		sr.EngineTTFTMs, sr.EngineQueueMs = engineMeans(load.Samples, lo, hi)
 		sr.Sustained = sr.Metrics.Failed == 0 && sr.MedianQueue <= MaxSustainedMedianQueue
 		r.Steps = append(r.Steps, sr)
@@ -446,12 +455,12 @@ func center(s string, c rune) string {
 // PrintSteps writes the ladder table: rate, completed/failed, throughput, TTFT, CPU, queue.
 func PrintSteps(w io.Writer, r *Result) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "step\trate (req/s)\tok\tfailed\treq/s\toutput tok/s\tmean TTFT (ms)\tp90 TTFT (ms)\tfake TTFT (ms)\tcached\tCPU %\town CPU %\tmedian queue\tvalid\tsustained\t")
+	fmt.Fprintln(tw, "step\trate (req/s)\tok\tfailed\treq/s\toutput tok/s\tmean TTFT (ms)\tp90 TTFT (ms)\tfake TTFT (ms)\tcached\tCPU %\town CPU %\tmedian queue\tworst endpoint's\tvalid\tsustained\t")
 	for _, s := range r.Steps {
 		m := s.Metrics
-		fmt.Fprintf(tw, "%d\t%.2f\t%d\t%d\t%.2f\t%.1f\t%.1f\t%.1f\t%s\t%.0f%%\t%s\t%s\t%.1f\t%v\t%v\t\n", s.Index, s.Rate, m.Completed, m.Failed,
+		fmt.Fprintf(tw, "%d\t%.2f\t%d\t%d\t%.2f\t%.1f\t%.1f\t%.1f\t%s\t%.0f%%\t%s\t%s\t%.1f\t%.1f\t%v\t%v\t\n", s.Index, s.Rate, m.Completed, m.Failed,
 			m.RequestThroughput, m.OutputThroughput, m.TTFT.Mean, m.TTFT.Percentiles["p90"], msString(s.EngineTTFTMs), 100*m.CachedTokenFraction,
-			cpuString(s.CPUPercent), cpuString(s.SelfCPUPercent), s.MedianQueue, yesNo(s.Valid), yesNo(s.Sustained))
+			cpuString(s.CPUPercent), cpuString(s.SelfCPUPercent), s.MedianQueue, s.WorstEndpointMedianQueue, yesNo(s.Valid), yesNo(s.Sustained))
 	}
 	_ = tw.Flush()
 }

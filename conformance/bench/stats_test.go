@@ -195,6 +195,10 @@ func TestBuildResultStepsAndEndpoints(t *testing.T) {
 	if s := r.Steps[1]; s.CPUPercent != 90 || s.Valid || s.MedianQueue != 3.5 || s.Sustained || s.Metrics.Failed != 1 {
 		t.Fatalf("step 1: %+v; want CPU 90%%, not valid, median queue 3.5, not sustained, 1 failed", s)
 	}
+	// Step 1's samples: e0 waits 3, 3 (median 3); e1 waits 5, 4 (median 4.5).
+	if s0, s1 := r.Steps[0].WorstEndpointMedianQueue, r.Steps[1].WorstEndpointMedianQueue; s0 != 0.5 || s1 != 4.5 {
+		t.Fatalf("worst endpoint median queue %v, %v; want 0.5 (both endpoints 0, 1) and 4.5 (e1: 5, 4)", s0, s1)
+	}
 	want := []EndpointRow{
 		{Name: "e0", Requests: 1, Share: 1.0 / 3, CachedTokenFraction: 1, EngineHitRate: 1, MeanTTFTMs: 5, MedianWaiting: 2, MaxWaiting: 3},
 		{Name: "e1", Requests: 2, Share: 2.0 / 3, MeanTTFTMs: 5, MedianWaiting: 2.5, MaxWaiting: 5},
