@@ -188,7 +188,11 @@ var _ = ginkgo.BeforeSuite(func(ctx context.Context) {
 	gomega.Expect(err).NotTo(gomega.HaveOccurred())
 	start := time.Now()
 	gomega.Expect(p.Create(ctx)).To(gomega.Succeed(), "bring up the %s cluster", p.Name())
-	ginkgo.AddReportEntry("cluster up", fmt.Sprintf("%s cluster %q up in %s", p.Name(), *flagClusterName, time.Since(start).Round(time.Millisecond)), ginkgo.ReportEntryVisibilityAlways)
+	what := fmt.Sprintf("%s cluster %q", p.Name(), *flagClusterName)
+	if p.Name() == "existing" {
+		what = "existing cluster (kubeconfig " + p.KubeconfigPath() + ")"
+	}
+	ginkgo.AddReportEntry("cluster up", fmt.Sprintf("%s up in %s", what, time.Since(start).Round(time.Millisecond)), ginkgo.ReportEntryVisibilityAlways)
 	e = &env{provider: p, seed: seed, gateway: gwMode, reach: reach}
 	ginkgo.DeferCleanup(func(ctx context.Context) {
 		if keepCluster() {
