@@ -49,7 +49,8 @@ const DefaultName = "eppkit"
 // the same image and a unit test keeps the three equal.
 const DefaultNodeImage = "kindest/node:v1.37.0@sha256:a1ed56cfb0e7b93589bdf97c8cd566405a265939e3620fc4f5de89adff580ae5"
 
-// ErrNoContainerEngine is returned by Create when neither Docker, Podman nor nerdctl answers;
+// ErrNoContainerEngine is returned (wrapped) by Create when neither Docker, Podman nor nerdctl is
+// installed, or the one found does not answer `<engine> info` (a CLI without its daemon);
 // callers may skip with it (errors.Is) and point users at the local provider.
 var ErrNoContainerEngine = errors.New("kind: no container engine found (docker, podman or nerdctl); use --provider local, which needs none")
 
@@ -238,6 +239,10 @@ func (p *Provider) Create(ctx context.Context) error {
 	}
 	names, err := p.opts.Cluster.List()
 	if err != nil {
+		// An engine CLI without its daemon (docker installed, no dockerd) is no engine either.
+		if ierr := p.opts.Runner.Run(ctx, p.opts.Engine, "info"); ierr != nil {
+			return fmt.Errorf("%w: %s is installed but does not answer (`%s info`: %v)", ErrNoContainerEngine, p.opts.Engine, p.opts.Engine, ierr)
+		}
 		return fmt.Errorf("kind: list clusters (%s): %w", p.opts.Engine, err)
 	}
 	p.reused = slices.Contains(names, p.opts.Name)

@@ -30,6 +30,7 @@ type fakeCluster struct {
 	clusters  []string
 	nodes     []*fakeNode
 	createErr error
+	listErr   error
 	calls     []string
 	created   *v1alpha4.Cluster
 	params    CreateParams
@@ -43,6 +44,9 @@ func (f *fakeCluster) record(format string, a ...any) {
 
 func (f *fakeCluster) List() ([]string, error) {
 	f.record("List")
+	if f.listErr != nil {
+		return nil, f.listErr
+	}
 	return slices.Clone(f.clusters), nil
 }
 
@@ -147,12 +151,16 @@ type fakeRunner struct {
 	calls   [][]string
 	archive []byte
 	err     error
+	infoErr error // what `<engine> info` returns
 }
 
 func (r *fakeRunner) Run(_ context.Context, name string, args ...string) error {
 	r.calls = append(r.calls, append([]string{name}, args...))
 	if r.err != nil {
 		return r.err
+	}
+	if len(args) == 1 && args[0] == "info" {
+		return r.infoErr
 	}
 	for i, a := range args {
 		if a == "-o" && i+1 < len(args) {
@@ -369,6 +377,30 @@ func TestNoContainerEngine(t *testing.T) {
 	p.noEngine = true
 	if err := p.Create(t.Context()); !errors.Is(err, ErrNoContainerEngine) {
 		t.Fatalf("err = %v, want ErrNoContainerEngine", err)
+	}
+}
+
+// TestEngineWithoutDaemon: docker installed but dockerd not running (this repository's CI) is
+// ErrNoContainerEngine; a list failure while the engine answers is reported as it is.
+func TestEngineWithoutDaemon(t *testing.T) {
+	listErr := errors.New(`command "docker ps -a --filter label=io.x-k8s.kind.cluster" failed with error: exit status 1`)
+	fr := &fakeRunner{infoErr: errors.New("Cannot connect to the Docker daemon at unix:///var/run/docker.sock")}
+	p := newTest(t, &fakeCluster{listErr: listErr}, fr, &readyFake{}, func(o *Options) { o.Engine = "docker" })
+	err := p.Create(t.Context())
+	if !errors.Is(err, ErrNoContainerEngine) || !strings.Contains(err.Error(), "Cannot connect to the Docker daemon") {
+		t.Errorf("daemon down: err = %v, want ErrNoContainerEngine with docker info's message", err)
+	}
+	if diff := cmp.Diff([][]string{{"docker", "info"}}, fr.calls); diff != "" {
+		t.Errorf("commands (-want +got):\n%s", diff)
+	}
+	fc := &fakeCluster{listErr: listErr}
+	p = newTest(t, fc, &fakeRunner{}, &readyFake{}, func(o *Options) { o.Engine = "docker" })
+	err = p.Create(t.Context())
+	if err == nil || errors.Is(err, ErrNoContainerEngine) || !strings.Contains(err.Error(), "list clusters") {
+		t.Errorf("engine answers, list fails: err = %v, want the list error", err)
+	}
+	if fc.created != nil {
+		t.Error("created a cluster although listing failed")
 	}
 }
 
