@@ -74,13 +74,9 @@ func ParseBody(api string, body []byte) (*ParsedBody, error) {
 	if len(trimmed) == 0 || trimmed[0] != '{' {
 		return nil, bad("must be a JSON object")
 	}
-	var fields map[string]json.RawMessage
-	dec := json.NewDecoder(bytes.NewReader(trimmed))
-	if err := dec.Decode(&fields); err != nil {
-		return nil, bad("malformed JSON: %v", strings.TrimPrefix(err.Error(), "json: "))
-	}
-	if _, err := dec.Token(); err == nil {
-		return nil, bad("malformed JSON: trailing data after the object")
+	fields, err := topLevelFields(trimmed)
+	if err != nil {
+		return nil, bad("%s", err.Error())
 	}
 	p := &ParsedBody{fields: fields}
 
@@ -170,6 +166,12 @@ func (p *ParsedBody) WithModel(model string) ([]byte, error) {
 }
 
 func promptText(raw json.RawMessage) (string, error) {
+	if s, ok := plainString(raw); ok {
+		if s == "" {
+			return "", errors.New("must not be empty")
+		}
+		return s, nil
+	}
 	var s string
 	if err := json.Unmarshal(raw, &s); err == nil {
 		if s == "" {
@@ -198,4 +200,169 @@ func describeJSONError(err error) string {
 		return fmt.Sprintf("field %q must be %s, got %s", te.Field, te.Type, te.Value)
 	}
 	return strings.TrimPrefix(err.Error(), "json: ")
+}
+
+// topLevelFields returns the members of a JSON object (trimmed: no surrounding white space,
+// starting with '{') as raw values, the last one winning for a repeated key, exactly as
+// decoding into map[string]json.RawMessage does. A body that json.Valid accepts is split in one
+// pass without decoding its values (topLevelFast); anything else goes through json.Decoder, which
+// words the error ("malformed JSON: ..." or "malformed JSON: trailing data after the object") and
+// accepts what it accepts (an object followed by bytes that do not start a JSON token).
+func topLevelFields(trimmed []byte) (map[string]json.RawMessage, error) {
+	if json.Valid(trimmed) {
+		if fields, ok := topLevelFast(trimmed); ok {
+			return fields, nil
+		}
+	}
+	return topLevelDecode(trimmed)
+}
+
+// topLevelDecode is topLevelFields with encoding/json's Decoder: one value, then a check that no
+// further JSON token follows.
+func topLevelDecode(trimmed []byte) (map[string]json.RawMessage, error) {
+	var fields map[string]json.RawMessage
+	dec := json.NewDecoder(bytes.NewReader(trimmed))
+	if err := dec.Decode(&fields); err != nil {
+		return nil, fmt.Errorf("malformed JSON: %v", strings.TrimPrefix(err.Error(), "json: "))
+	}
+	if _, err := dec.Token(); err == nil {
+		return nil, errors.New("malformed JSON: trailing data after the object")
+	}
+	return fields, nil
+}
+
+// topLevelFast splits a valid JSON object into its members. Each value is copied (as
+// json.RawMessage's UnmarshalJSON does), so the map does not share the caller's buffer. A key
+// with an escape or a non-ASCII byte is decoded with encoding/json (which also replaces invalid
+// UTF-8 as it does in a map key). ok is false if the input is not an object after all.
+func topLevelFast(b []byte) (fields map[string]json.RawMessage, ok bool) {
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return nil, false
+	}
+	fields = make(map[string]json.RawMessage, 8)
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return fields, true
+	}
+	for i < len(b) {
+		if b[i] != '"' {
+			return nil, false
+		}
+		end := stringEnd(b, i)
+		if end < 0 {
+			return nil, false
+		}
+		key, ok := plainString(b[i:end])
+		if !ok {
+			if json.Unmarshal(b[i:end], &key) != nil {
+				return nil, false
+			}
+		}
+		i = skipSpace(b, end)
+		if i >= len(b) || b[i] != ':' {
+			return nil, false
+		}
+		i = skipSpace(b, i+1)
+		vend := valueEnd(b, i)
+		if vend < 0 {
+			return nil, false
+		}
+		fields[key] = append(json.RawMessage(nil), b[i:vend]...)
+		i = skipSpace(b, vend)
+		if i >= len(b) {
+			return nil, false
+		}
+		switch b[i] {
+		case '}':
+			return fields, true
+		case ',':
+			i = skipSpace(b, i+1)
+		default:
+			return nil, false
+		}
+	}
+	return nil, false
+}
+
+// plainString returns the text of a JSON string literal (quotes included in raw) when it has no
+// escape and only ASCII bytes, so its decoded value is its bytes; ok is false otherwise (decode
+// it with encoding/json, which also replaces invalid UTF-8). raw must be a valid literal.
+func plainString(raw []byte) (string, bool) {
+	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+		return "", false
+	}
+	in := raw[1 : len(raw)-1]
+	for _, c := range in {
+		if c == '\\' || c == '"' || c < 0x20 || c >= 0x80 {
+			return "", false
+		}
+	}
+	return string(in), true
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// stringEnd returns the index just past the string literal starting at b[i] == '"', -1 if it
+// does not end.
+func stringEnd(b []byte, i int) int {
+	j := i + 1
+	for {
+		k := bytes.IndexByte(b[j:], '"')
+		if k < 0 {
+			return -1
+		}
+		q := j + k
+		n := 0 // backslashes right before the quote: an odd count escapes it
+		for p := q - 1; p > i && b[p] == '\\'; p-- {
+			n++
+		}
+		if n%2 == 0 {
+			return q + 1
+		}
+		j = q + 1
+	}
+}
+
+// valueEnd returns the index just past the JSON value starting at b[i] (valid input), -1 if it
+// does not end.
+func valueEnd(b []byte, i int) int {
+	if i >= len(b) {
+		return -1
+	}
+	switch b[i] {
+	case '"':
+		return stringEnd(b, i)
+	case '{', '[':
+		depth := 0
+		for j := i; j < len(b); j++ {
+			switch b[j] {
+			case '"':
+				e := stringEnd(b, j)
+				if e < 0 {
+					return -1
+				}
+				j = e - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return j + 1
+				}
+			}
+		}
+		return -1
+	default: // number, true, false, null
+		j := i
+		for j < len(b) && !strings.ContainsRune(",}] \t\r\n", rune(b[j])) {
+			j++
+		}
+		return j
+	}
 }
