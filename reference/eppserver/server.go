@@ -40,6 +40,10 @@ var HealthServices = []string{"", "inference-extension", "readiness", extprocv3.
 // LivenessService is SERVING as soon as the server runs.
 const LivenessService = "liveness"
 
+// extprocStreamWorkers is the number of pooled goroutines serving ext_proc streams
+// (grpc.NumStreamWorkers); streams beyond it get a goroutine of their own.
+const extprocStreamWorkers = 32
+
 // Discovery is what the server needs from the endpoint source (reference/discovery.Source).
 type Discovery interface {
 	director.EndpointSource
@@ -248,7 +252,10 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if opts.TLS != nil {
 		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(opts.TLS)))
 	}
-	s.grpcSrv = grpc.NewServer(grpcOpts...)
+	// Stream workers: an ext_proc stream runs on a pooled goroutine whose stack has already grown
+	// to the decision path's depth, instead of a new goroutine that grows (copies) its stack on
+	// every request; when all are busy (long-lived streams), grpc-go starts a goroutine as before.
+	s.grpcSrv = grpc.NewServer(append(grpcOpts, grpc.NumStreamWorkers(extprocStreamWorkers))...)
 	extprocv3.RegisterExternalProcessorServer(s.grpcSrv, extproc.NewServer(s.director, logger))
 	healthpb.RegisterHealthServer(s.grpcSrv, s.health)
 	if s.healthLis != nil {
