@@ -383,7 +383,10 @@ func (c *Collector) fetchHTTP(ctx context.Context, s *scraper) (*framework.Metri
 func (c *Collector) parse(s *scraper) (*framework.Metrics, error) {
 	url := s.url
 	if s.lastFresh != nil && bytes.Equal(s.buf, s.lastBody) {
-		return s.lastFresh.Clone(), s.lastErr
+		// A new value (scrapeOnce stamps it) sharing the adapter sets: stored metrics are never
+		// modified, and Metrics hands out deep copies.
+		again := *s.lastFresh
+		return &again, s.lastErr
 	}
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := parser.TextToMetricFamilies(bytes.NewReader(s.buf))
@@ -396,7 +399,8 @@ func (c *Collector) parse(s *scraper) (*framework.Metrics, error) {
 		err = fmt.Errorf("scrape %s: %w", url, err)
 	}
 	s.lastBody = append(s.lastBody[:0], s.buf...)
-	s.lastFresh, s.lastErr = m.Clone(), err
+	last := *m // m itself is stamped by scrapeOnce; the adapter sets are shared read-only
+	s.lastFresh, s.lastErr = &last, err
 	return m, err
 }
 
