@@ -14,7 +14,6 @@
 package apiserver
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -29,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/eppkit/eppkit/internal/logtail"
 	"github.com/eppkit/eppkit/internal/toolcache"
 )
 
@@ -221,31 +221,13 @@ func (cp *ControlPlane) fail(err error) error {
 func (cp *ControlPlane) LogTail(n int) string {
 	var b strings.Builder
 	for _, name := range []string{"kube-apiserver.log", "etcd.log"} {
-		lines := tailLines(filepath.Join(cp.Dir, name), n)
+		lines := logtail.Lines(filepath.Join(cp.Dir, name), n)
 		if len(lines) == 0 {
 			continue
 		}
 		fmt.Fprintf(&b, "--- last %d lines of %s ---\n%s\n", len(lines), filepath.Join(cp.Dir, name), strings.Join(lines, "\n"))
 	}
 	return b.String()
-}
-
-func tailLines(path string, n int) []string {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	var ring []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for sc.Scan() {
-		ring = append(ring, sc.Text())
-		if len(ring) > n {
-			ring = ring[1:]
-		}
-	}
-	return ring
 }
 
 // Stop stops kube-apiserver and etcd (SIGTERM to each, then a kill after StopTimeout; envtest

@@ -41,6 +41,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/eppkit/eppkit/internal/logtail"
 )
 
 // Defaults of Options.
@@ -356,10 +358,10 @@ func (m *Member) waitHealthy(ctx context.Context) error {
 		select {
 		case <-m.exited:
 			return fmt.Errorf("simfleet: member %d (%s) exited before it was healthy: %v\n--- last lines of %s ---\n%s",
-				m.Index, m.Name, m.cmd.ProcessState, m.LogPath, tail(m.LogPath, 20))
+				m.Index, m.Name, m.cmd.ProcessState, m.LogPath, logtail.String(m.LogPath, 20))
 		case <-ctx.Done():
 			return fmt.Errorf("simfleet: member %d (%s): %s not healthy: %w (last: %v)\n--- last lines of %s ---\n%s",
-				m.Index, m.Name, u, ctx.Err(), last, m.LogPath, tail(m.LogPath, 20))
+				m.Index, m.Name, u, ctx.Err(), last, m.LogPath, logtail.String(m.LogPath, 20))
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -526,17 +528,4 @@ func privilegeError(err error) error {
 		return fmt.Errorf("%w: %v", ErrNoPrivileges, err)
 	}
 	return err
-}
-
-// tail returns the last n lines of the file at path ("" when unreadable).
-func tail(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return ""
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

@@ -52,6 +52,7 @@ import (
 	"github.com/eppkit/eppkit/conformance/cluster"
 	"github.com/eppkit/eppkit/conformance/cluster/apply"
 	"github.com/eppkit/eppkit/fakes/kubelet"
+	"github.com/eppkit/eppkit/internal/logtail"
 	"github.com/eppkit/eppkit/manifests"
 )
 
@@ -530,18 +531,4 @@ func (t *target) LogPath() string {
 }
 
 // LogTail returns the last n lines of the EPP pod's log ("" when unknown).
-func (t *target) LogTail(n int) string {
-	path := t.LogPath()
-	if path == "" {
-		return ""
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return ""
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
+func (t *target) LogTail(n int) string { return logtail.String(t.LogPath(), n) }

@@ -47,6 +47,7 @@ import (
 	"github.com/eppkit/eppkit/conformance/apiserver"
 	"github.com/eppkit/eppkit/conformance/cluster"
 	"github.com/eppkit/eppkit/fakes/kubelet"
+	"github.com/eppkit/eppkit/internal/logtail"
 	"github.com/eppkit/eppkit/internal/toolcache"
 )
 
@@ -493,7 +494,7 @@ func (p *Provider) startComponent(ctx context.Context, comp, path string, args [
 		if isClosed(exited) {
 			err = fmt.Errorf("%w", *exitErr)
 		}
-		return fmt.Errorf("%s: %v (log: %s)\n%s", comp, err, p.logPath(comp), tail(p.logPath(comp), 15))
+		return fmt.Errorf("%s: %v (log: %s)\n%s", comp, err, p.logPath(comp), logtail.String(p.logPath(comp), 15))
 	}
 	return nil
 }
@@ -559,7 +560,7 @@ func (p *Provider) startKubelet(ctx context.Context) error {
 	// Give a kubelet that fails on its flags a moment to say so.
 	select {
 	case <-exited:
-		return fmt.Errorf("kubelet: %v (log: %s)\n%s", *exitErr, p.logPath(compKubelet), tail(p.logPath(compKubelet), 15))
+		return fmt.Errorf("kubelet: %v (log: %s)\n%s", *exitErr, p.logPath(compKubelet), logtail.String(p.logPath(compKubelet), 15))
 	case <-time.After(300 * time.Millisecond):
 	case <-ctx.Done():
 	}
@@ -592,7 +593,7 @@ func (p *Provider) waitNodeReady(ctx context.Context, cs kubernetes.Interface) e
 			last = err.Error()
 		}
 		if !p.st.Procs[compKubelet].alive() {
-			return fmt.Errorf("kubelet: exited (log: %s)\n%s", p.logPath(compKubelet), tail(p.logPath(compKubelet), 15))
+			return fmt.Errorf("kubelet: exited (log: %s)\n%s", p.logPath(compKubelet), logtail.String(p.logPath(compKubelet), 15))
 		}
 		select {
 		case <-ctx.Done():
@@ -635,19 +636,6 @@ func isClosed(ch <-chan struct{}) bool {
 	default:
 		return false
 	}
-}
-
-// tail returns the last n lines of a file.
-func tail(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return ""
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 // stopAll stops every recorded process: the kubelet first (it stops its pods), then the
