@@ -511,6 +511,10 @@ func TestKubeletAgainstAPIServer(t *testing.T) {
 		e.create(t, e.helperPod("live", []string{"--http-port", "8140"}, func(p *corev1.Pod) {
 			c := &p.Spec.Containers[0]
 			c.LivenessProbe, c.ReadinessProbe = httpProbe(8140, 1, 2), httpProbe(8140, 1, 1)
+			// Without a startup probe, liveness starts at once and, on a loaded machine, can kill
+			// the helper before it listens (as a real kubelet would): the startup probe holds
+			// liveness back until the first success.
+			c.StartupProbe = httpProbe(8140, 1, 30)
 			p.Spec.TerminationGracePeriodSeconds = ptr.To[int64](2)
 		}))
 		p := e.waitPod(t, "live", "Ready", ready)
