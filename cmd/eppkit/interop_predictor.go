@@ -70,7 +70,7 @@ the proxy. It sends requests with x-slo-ttft-ms / x-slo-tpot-ms until the predic
 the EPP's training entries and answers from a fitted model (its /readyz), then sends --requests
 more and checks that every one got a prediction from the trained model: the proxy's request log
 shows the EPP's /predict/bulk/strict calls answered 200 after the fit (at least one a request), and
-the EPP's own ` + upstreamPredictedTTFT + ` grew by at least half of --requests with a
+the EPP's own ` + upstreamPredictedTTFT + ` grew (v1.5.0 records only responses whose first token came before the end of the stream) with a
 mean away from the predictor's untrained prior.
 
 Exit codes: 0 parity holds, 1 it does not, 2 the predictor, harness or EPP could not start.`,
@@ -350,8 +350,10 @@ func runPredictorParity(cmd *cobra.Command, f predictorParityFlags) error {
 	// and the EPP must have used those predictions: its predicted-TTFT histogram grew and its mean
 	// is not the untrained prior. v1.5.0 records a predicted TTFT only for a response whose first
 	// token came before the end of the stream (requestcontrol_hooks.go, ResponseBody in
-	// streamingMode), so the count may trail the requests a little.
-	pass := predicts >= f.requests && predictBad == 0 && dCount >= float64(f.requests)/2 &&
+	// streamingMode), so the count trails the requests — by how much depends on how the fake's
+	// stream is cut into reads (16 of 40 in a quiet-machine CI run, 40 of 40 under load): at least
+	// one recorded prediction is required, and their mean must not be the prior.
+	pass := predicts >= f.requests && predictBad == 0 && dCount >= 1 &&
 		math.Abs(meanMS-float64(predictor.DefaultPriorTTFTms)) > 0.1*float64(predictor.DefaultPriorTTFTms)
 	verdict := "PASS"
 	if !pass {
