@@ -113,11 +113,10 @@ func PublicationREADME(meta ReportMeta, results []TestResult, reproduce []string
 	b.WriteString("| Extension Channel | Extension Version Tested | Profile Tested | Implementation Version | Mode | Report | Status |\n")
 	b.WriteString("|---|---|---|---|---|---|---|\n")
 	for _, p := range meta.Selection.Profiles {
-		np, nf, ns := CountOutcomes(p, results)
 		name := PublishReportName(meta, p)
-		fmt.Fprintf(&b, "| %s | %s | %s | [%s](%s) | %s | [%s](./%s) | %s (%d passed, %d failed, %d skipped) |\n",
+		fmt.Fprintf(&b, "| %s | %s | %s | [%s](%s) | %s | [%s](./%s) | %s (%s) |\n",
 			PublishChannel, GatewayAPIInferenceExtensionVersion, p, im.Version, im.URL, PublishMode, name, name,
-			Verdict(np, nf), np, nf, ns)
+			ProfileVerdict(p, results), ProfileLine(p, results))
 	}
 	fmt.Fprintf(&b, "\nSupported features: %s.", featureList(meta.Selection.SupportedFeatures))
 	if len(meta.Selection.ExemptFeatures) > 0 {
@@ -132,6 +131,9 @@ func PublicationREADME(meta ReportMeta, results []TestResult, reproduce []string
 	}
 	if len(failed) > 0 {
 		fmt.Fprintf(&b, "\nFailed tests: %s.\n", strings.Join(failed, ", "))
+	}
+	if line := InterruptionLine(results); line != "" {
+		fmt.Fprintf(&b, "\n**The %s.** Rerun it to completion before publishing.\n", line)
 	}
 	b.WriteString("\n## Reproduce\n\n")
 	b.WriteString("With Go (the version in eppkit's go.mod) on Linux, from a clone of https://github.com/eppkit/eppkit at the\n")

@@ -130,6 +130,9 @@ func BuildReport(p Profile, meta ReportMeta, results []TestResult) ConformanceRe
 		pr.Extended = es
 		summary += fmt.Sprintf(" Extended tests %s.", resultWord(ext))
 	}
+	if n := interruptedIn(p, results); n > 0 {
+		summary += fmt.Sprintf(" Run interrupted (Ctrl-C or SIGTERM): %d tests did not run (listed as skipped).", n)
+	}
 	pr.Summary = summary
 	rep := ConformanceReport{
 		ConformanceReport: confv1.ConformanceReport{

@@ -32,7 +32,16 @@ type TestResult struct {
 	// Start is when the test started; Duration how long it ran.
 	Start    time.Time
 	Duration time.Duration
+	// Interrupted marks a Skipped test that did not run because the run was interrupted
+	// (Ctrl-C or SIGTERM) before its turn; Message is then InterruptedMessage. Reports count it
+	// as skipped (a partial result, as gateway-api counts any skip) and say the run was
+	// interrupted.
+	Interrupted bool
 }
+
+// InterruptedMessage is the skip reason of a test that did not run because the run was
+// interrupted.
+const InterruptedMessage = "run interrupted (Ctrl-C or SIGTERM) before this test"
 
 // Selection is the part of a run's flags that decides which tests run (the gateway-api
 // conformance skip rules).

@@ -38,7 +38,7 @@ func (r *Runner) Run(tests []ConformanceTest) []TestResult {
 		if reason := r.Selection.SkipReason(ct); reason != "" {
 			res = TestResult{Test: ct, Outcome: Skipped, Message: reason, Start: time.Now()}
 		} else if r.Context != nil && r.Context.Err() != nil {
-			res = TestResult{Test: ct, Outcome: Skipped, Message: "run interrupted", Start: time.Now()}
+			res = TestResult{Test: ct, Outcome: Skipped, Message: InterruptedMessage, Start: time.Now(), Interrupted: true}
 		} else if err := r.Suite.TargetExited(); err != nil {
 			// A dead target fails every remaining test with the reason, not with a dial error.
 			res = TestResult{Test: ct, Outcome: Failed, Message: err.Error(), Start: time.Now()}

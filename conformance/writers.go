@@ -62,6 +62,12 @@ func JUnitReport(results []TestResult, start time.Time, description string) type
 		}
 		rep.SpecReports = append(rep.SpecReports, sr)
 	}
+	if _, notRun := Interruption(results); notRun > 0 {
+		// Ginkgo's own reason for a suite cut short by SIGINT/SIGTERM (its junit reporter writes
+		// it as the SpecialSuiteFailureReason property).
+		rep.SuiteSucceeded = false
+		rep.SpecialSuiteFailureReasons = append(rep.SpecialSuiteFailureReasons, "Interrupted by User")
+	}
 	return rep
 }
 
@@ -78,10 +84,13 @@ func Summary(meta ReportMeta, results []TestResult) string {
 	if len(meta.Selection.ExemptFeatures) > 0 {
 		fmt.Fprintf(&b, "- Exempt features: %s\n", featureList(meta.Selection.ExemptFeatures))
 	}
+	if line := InterruptionLine(results); line != "" {
+		fmt.Fprintf(&b, "- **%s** (listed below as skipped: %s)\n", line, InterruptedMessage)
+	}
 	b.WriteString("\n| Profile | Verdict | Passed | Failed | Skipped |\n|---|---|---|---|---|\n")
 	for _, p := range meta.Selection.Profiles {
 		np, nf, ns := CountOutcomes(p, results)
-		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d |\n", p, Verdict(np, nf), np, nf, ns)
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d |\n", p, ProfileVerdict(p, results), np, nf, ns)
 	}
 	for _, p := range meta.Selection.Profiles {
 		var passed, failed, skipped []TestResult
@@ -98,8 +107,7 @@ func Summary(meta ReportMeta, results []TestResult) string {
 				skipped = append(skipped, r)
 			}
 		}
-		fmt.Fprintf(&b, "\n## Profile %s: %s — %d passed, %d failed, %d skipped\n", p, Verdict(len(passed), len(failed)),
-			len(passed), len(failed), len(skipped))
+		fmt.Fprintf(&b, "\n## Profile %s: %s — %s\n", p, ProfileVerdict(p, results), ProfileLine(p, results))
 		if len(failed) > 0 {
 			fmt.Fprintf(&b, "\n### Failed\n\n")
 			for _, r := range failed {
@@ -139,6 +147,63 @@ func CountOutcomes(p Profile, results []TestResult) (passed, failed, skipped int
 		}
 	}
 	return passed, failed, skipped
+}
+
+// Interruption counts the tests of a run that ran (passed or failed) and those that did not run
+// because the run was interrupted (TestResult.Interrupted). notRun > 0 means the run was
+// interrupted.
+func Interruption(results []TestResult) (ran, notRun int) {
+	for _, r := range results {
+		switch {
+		case r.Interrupted:
+			notRun++
+		case r.Outcome == Passed || r.Outcome == Failed:
+			ran++
+		}
+	}
+	return ran, notRun
+}
+
+// InterruptionLine is the line the console and summary.md print for an interrupted run, "" when
+// the run was not interrupted.
+func InterruptionLine(results []TestResult) string {
+	ran, notRun := Interruption(results)
+	if notRun == 0 {
+		return ""
+	}
+	return fmt.Sprintf("run INTERRUPTED (Ctrl-C or SIGTERM): %d tests ran, %d did not run; the verdicts cover only the tests that ran", ran, notRun)
+}
+
+// interruptedIn counts profile p's tests that did not run because the run was interrupted.
+func interruptedIn(p Profile, results []TestResult) int {
+	n := 0
+	for _, r := range results {
+		if r.Test.Profile == p && r.Interrupted {
+			n++
+		}
+	}
+	return n
+}
+
+// ProfileVerdict is profile p's one-word outcome in a run: FAIL if any of its tests failed,
+// INTERRUPTED if some of its tests did not run because the run was interrupted, else Verdict.
+func ProfileVerdict(p Profile, results []TestResult) string {
+	np, nf, _ := CountOutcomes(p, results)
+	if nf == 0 && interruptedIn(p, results) > 0 {
+		return "INTERRUPTED"
+	}
+	return Verdict(np, nf)
+}
+
+// ProfileLine is profile p's counts for the console and the summary: "N passed, N failed, N
+// skipped", followed by how many of the skipped did not run because the run was interrupted.
+func ProfileLine(p Profile, results []TestResult) string {
+	np, nf, ns := CountOutcomes(p, results)
+	line := fmt.Sprintf("%d passed, %d failed, %d skipped", np, nf, ns)
+	if ni := interruptedIn(p, results); ni > 0 {
+		line += fmt.Sprintf(" (%d of them not run: interrupted)", ni)
+	}
+	return line
 }
 
 // Verdict is a profile's one-word outcome: FAIL if any test failed, NOTHING RAN if none passed,

@@ -339,9 +339,12 @@ func runConformance(cmd *cobra.Command, f conformanceFlags) error {
 	failed := 0
 	fmt.Fprintln(out)
 	for _, prof := range p.sel.Profiles {
-		np, nf, ns := conformance.CountOutcomes(prof, results)
+		_, nf, _ := conformance.CountOutcomes(prof, results)
 		failed += nf
-		fmt.Fprintf(out, "profile %-12s %-11s %d passed, %d failed, %d skipped\n", prof, conformance.Verdict(np, nf), np, nf, ns)
+		fmt.Fprintf(out, "profile %-12s %-11s %s\n", prof, conformance.ProfileVerdict(prof, results), conformance.ProfileLine(prof, results))
+	}
+	if line := conformance.InterruptionLine(results); line != "" {
+		fmt.Fprintln(out, line)
 	}
 	if f.reportDir != "" {
 		files, err := conformance.WriteReports(f.reportDir, p.meta, results, start)
