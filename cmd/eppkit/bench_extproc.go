@@ -91,7 +91,7 @@ func newBenchExtprocCommand() *cobra.Command {
 	var asJSON bool
 	mf := &matrixFlags{}
 	cmd := &cobra.Command{
-		Use:   "extproc (--epp ADDR | --targets reference,upstream) (--rate R | --concurrency N) [--duration 10s]",
+		Use:   "extproc (--epp ADDR | --targets null,reference,upstream) (--rate R | --concurrency N) [--duration 10s]",
 		Short: "Measure an EPP's decision latency over ext_proc (request headers + body → pick)",
 		Long: `Drive an EPP's ext_proc service directly (no gateway, no model servers needed beyond what the
 EPP scrapes): each decision sends request headers and a completions body in chunks and waits for
@@ -112,7 +112,10 @@ ratios. The endpoints are metrics-only servers on loopback addresses 127.1.x.y s
 each serving a fake vLLM's gauge-only /metrics page (pinned: queue i%5, running i%7, KV (i%10)/10),
 scraped every --refresh-metrics-interval. The reference EPP gets the list with --endpoints; the
 upstream EPP v1.5.0 (--upstream-epp, default: eppkit tools path gie epp) discovers it from an
-InferencePool with one Ready Pod per endpoint on a local kube-apiserver (eppkit tools build k8s).`,
+InferencePool with one Ready Pod per endpoint on a local kube-apiserver (eppkit tools build k8s).
+The null target (eppkit bench null-epp) answers the protocol correctly and decides nothing
+(round-robin, no scraping, body unparsed): its row is the floor that gRPC, the loopback, this
+driver and the machine's scheduler set, and the table then shows every other target minus it.`,
 		Args:         cobra.NoArgs,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -169,7 +172,7 @@ InferencePool with one Ready Pod per endpoint on a local kube-apiserver (eppkit 
 	fl.Uint64Var(&o.Seed, "seed", 0, "Seed for prompts and arrivals (0 = from the clock; printed)")
 	fl.IntVar(&o.PID, "epp-pid", 0, "Process id of the EPP on this machine: report its CPU time per decision (from /proc/<pid>/stat)")
 	fl.BoolVar(&asJSON, "json", false, "Print the report as JSON")
-	fl.StringVar(&mf.targets, "targets", "", "Matrix mode: EPPs to start and measure, comma-separated: reference, upstream (excludes --epp)")
+	fl.StringVar(&mf.targets, "targets", "", "Matrix mode: EPPs to start and measure, comma-separated: reference, upstream, null (the do-nothing floor) (excludes --epp)")
 	fl.StringVar(&mf.counts, "endpoint-counts", "10,100,1000", "Matrix mode: pool sizes, comma-separated")
 	fl.StringVar(&mf.sizes, "prompt-sizes", "2048,32768", "Matrix mode: prompt lengths in bytes, comma-separated (overrides --prompt-bytes)")
 	fl.DurationVar(&mf.m.RefreshInterval, "refresh-metrics-interval", time.Second, "Matrix mode: the EPPs' metrics scrape interval (both EPPs default to 50ms; 1,000 endpoints at 50ms is 20,000 scrapes/s)")

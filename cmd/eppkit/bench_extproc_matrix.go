@@ -33,6 +33,9 @@ import (
 const (
 	matrixTargetReference = "reference"
 	matrixTargetUpstream  = "upstream"
+	// matrixTargetNull is the floor: `eppkit bench null-epp`, which answers the protocol and
+	// decides nothing (bench_extproc_null.go).
+	matrixTargetNull = "null"
 )
 
 // matrixOptions configure a picker-overhead matrix: every target × endpoint count × prompt size,
@@ -69,16 +72,29 @@ type matrixRatio struct {
 	CPUPerDecision     float64 `json:"epp_cpu_per_decision"`
 }
 
+// matrixOverFloor is one EPP cell read against the null target's cell of the same size: the
+// EPP's figure minus the floor's. The latency fields are differences of percentiles (p50 − p50),
+// not percentiles of per-decision differences: a guide to what the decision adds, not a bound.
+type matrixOverFloor struct {
+	Target         string  `json:"target"`
+	Endpoints      int     `json:"endpoints"`
+	PromptBytes    int     `json:"prompt_bytes"`
+	P50Ms          float64 `json:"latency_p50_ms"`
+	P99Ms          float64 `json:"latency_p99_ms"`
+	CPUPerDecision float64 `json:"epp_cpu_per_decision_ms"`
+}
+
 // matrixReport is the JSON result of a matrix run.
 type matrixReport struct {
-	Started                 time.Time     `json:"started"`
-	Mode                    string        `json:"mode"`
-	Concurrency             int           `json:"concurrency,omitempty"`
-	TargetRate              float64       `json:"target_rate,omitempty"`
-	DurationSeconds         float64       `json:"duration_seconds"`
-	RefreshIntervalSeconds  float64       `json:"refresh_metrics_interval_seconds"`
-	Cells                   []matrixCell  `json:"cells"`
-	RatiosReferenceUpstream []matrixRatio `json:"ratios_reference_over_upstream,omitempty"`
+	Started                 time.Time         `json:"started"`
+	Mode                    string            `json:"mode"`
+	Concurrency             int               `json:"concurrency,omitempty"`
+	TargetRate              float64           `json:"target_rate,omitempty"`
+	DurationSeconds         float64           `json:"duration_seconds"`
+	RefreshIntervalSeconds  float64           `json:"refresh_metrics_interval_seconds"`
+	Cells                   []matrixCell      `json:"cells"`
+	RatiosReferenceUpstream []matrixRatio     `json:"ratios_reference_over_upstream,omitempty"`
+	OverNullFloor           []matrixOverFloor `json:"over_null_floor,omitempty"`
 }
 
 func parseIntList(flag, s string, lo int) ([]int, error) {
@@ -103,8 +119,8 @@ func parseIntList(flag, s string, lo int) ([]int, error) {
 func validateMatrix(m *matrixOptions) error {
 	seen := map[string]bool{}
 	for _, t := range m.Targets {
-		if t != matrixTargetReference && t != matrixTargetUpstream {
-			return fmt.Errorf("--targets: %q is not %s or %s", t, matrixTargetReference, matrixTargetUpstream)
+		if t != matrixTargetReference && t != matrixTargetUpstream && t != matrixTargetNull {
+			return fmt.Errorf("--targets: %q is not %s, %s or %s", t, matrixTargetReference, matrixTargetUpstream, matrixTargetNull)
 		}
 		if seen[t] {
 			return fmt.Errorf("--targets: %q listed twice", t)
@@ -498,6 +514,7 @@ func runMatrix(ctx context.Context, w io.Writer, m matrixOptions) (*matrixReport
 		fleet.Close()
 	}
 	rep.RatiosReferenceUpstream = matrixRatios(rep.Cells)
+	rep.OverNullFloor = matrixOverNull(rep.Cells)
 	printMatrix(w, rep)
 	if m.Output != "" {
 		b, err := json.MarshalIndent(rep, "", "  ")
@@ -567,6 +584,12 @@ func runMatrixRow(ctx context.Context, w io.Writer, m matrixOptions, self string
 			"--metrics-staleness-threshold", stale.String()}, []string{"KUBECONFIG=" + cp.KubeconfigPath}, logPath)
 		if p != nil {
 			p.readyMetric = "inference_pool_ready_pods"
+		}
+	case matrixTargetNull:
+		p, err = startEPPProcess(self, []string{"bench", "null-epp", "--endpoints", strings.Join(fleet.Addrs, ","),
+			"--grpc-port", strconv.Itoa(grpcPort), "--metrics-port", strconv.Itoa(metricsPort), "--bind-address", "127.0.0.1"}, nil, logPath)
+		if p != nil {
+			p.readyMetric = nullEPPReadyMetric
 		}
 	}
 	if err != nil {
@@ -678,6 +701,28 @@ func matrixRatios(cells []matrixCell) []matrixRatio {
 	return out
 }
 
+// matrixOverNull reads every non-null cell against the null cell of equal size, when there is one.
+func matrixOverNull(cells []matrixCell) []matrixOverFloor {
+	type key struct{ n, size int }
+	floor := map[key]*extprocBenchReport{}
+	for _, c := range cells {
+		if c.Target == matrixTargetNull && c.Report != nil && c.Error == "" {
+			floor[key{c.Endpoints, c.PromptBytes}] = c.Report
+		}
+	}
+	var out []matrixOverFloor
+	for _, c := range cells {
+		f := floor[key{c.Endpoints, c.PromptBytes}]
+		if c.Target == matrixTargetNull || c.Report == nil || c.Error != "" || f == nil {
+			continue
+		}
+		out = append(out, matrixOverFloor{Target: c.Target, Endpoints: c.Endpoints, PromptBytes: c.PromptBytes,
+			P50Ms: c.Report.LatencyMs.P50 - f.LatencyMs.P50, P99Ms: c.Report.LatencyMs.P99 - f.LatencyMs.P99,
+			CPUPerDecision: c.Report.EPPCPUPerDecisionMs - f.EPPCPUPerDecisionMs})
+	}
+	return out
+}
+
 func printMatrix(w io.Writer, rep *matrixReport) {
 	fmt.Fprintf(w, "\n%-9s %9s %8s %10s %9s %9s %9s %7s %12s %12s %6s\n", "target", "endpoints", "prompt", "decisions/s",
 		"p50 ms", "p99 ms", "p99.9 ms", "errors", "EPP CPU ms/d", "drv CPU ms/d", "load")
@@ -695,6 +740,12 @@ func printMatrix(w io.Writer, rep *matrixReport) {
 		fmt.Fprintf(w, "\nreference ÷ upstream  %9s %8s %12s %9s %9s %14s\n", "endpoints", "prompt", "decisions/s", "p50", "p99", "CPU/decision")
 		for _, r := range rep.RatiosReferenceUpstream {
 			fmt.Fprintf(w, "%-20s  %9d %8d %12.2f %9.2f %9.2f %14.2f\n", "", r.Endpoints, r.PromptBytes, r.DecisionsPerSecond, r.P50, r.P99, r.CPUPerDecision)
+		}
+	}
+	if len(rep.OverNullFloor) > 0 {
+		fmt.Fprintf(w, "\nminus the null floor (differences of percentiles)\n%-9s %9s %8s %9s %9s %14s\n", "target", "endpoints", "prompt", "p50 ms", "p99 ms", "EPP CPU ms/d")
+		for _, r := range rep.OverNullFloor {
+			fmt.Fprintf(w, "%-9s %9d %8d %+9.3f %+9.3f %+14.3f\n", r.Target, r.Endpoints, r.PromptBytes, r.P50Ms, r.P99Ms, r.CPUPerDecision)
 		}
 	}
 }

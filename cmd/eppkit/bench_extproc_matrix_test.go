@@ -53,6 +53,7 @@ func TestValidateMatrix(t *testing.T) {
 		{name: "twice", mutate: func(m *matrixOptions) { m.Targets = []string{"reference", "reference"} }, wantErr: "listed twice"},
 		{name: "too many endpoints", mutate: func(m *matrixOptions) { m.EndpointCounts = []int{20000} }, wantErr: "--endpoint-counts"},
 		{name: "interval", mutate: func(m *matrixOptions) { m.RefreshInterval = 0 }, wantErr: "--refresh-metrics-interval"},
+		{name: "null floor", mutate: func(m *matrixOptions) { m.Targets = []string{"null", "reference"} }},
 		{name: "upstream binary given", mutate: func(m *matrixOptions) { m.Targets = []string{"upstream"}; m.UpstreamEPP = "/bin/true" }},
 	}
 	for _, tc := range tests {
