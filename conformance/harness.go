@@ -212,7 +212,13 @@ func StartHarness(ctx context.Context, cfg HarnessConfig) (s *Suite, err error) 
 	}
 	log.Info("waiting for the target", "grpc", addrs.GRPC, "health", addrs.Health)
 	start := time.Now()
-	if err := WaitReady(ctx, cfg.Target, addrs, ReadyProbe{ExtProc: cfg.TargetTLS, Health: s.HealthTLS, HeadersOnly: cfg.ReadinessHeadersOnly}, cfg.ModelName, s.Endpoints(),
+	probe := ReadyProbe{ExtProc: cfg.TargetTLS, Health: s.HealthTLS, HeadersOnly: cfg.ReadinessHeadersOnly}
+	if _, ok := cfg.Target.(*AddressTarget); ok {
+		// An already running EPP accepts connections at once; a spawned one may need the full
+		// targetReady to bind, so only the address target fails fast on refusals.
+		probe.RefusedGrace = DefaultRefusedGrace
+	}
+	if err := WaitReady(ctx, cfg.Target, addrs, probe, cfg.ModelName, s.Endpoints(),
 		cfg.Timeouts.TargetReady.D(), cfg.Timeouts.Poll.D()*4); err != nil {
 		if lt, ok := cfg.Target.(interface {
 			LogTail(int) string

@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -107,15 +109,100 @@ type ReadyProbe struct {
 	// HeadersOnly makes the first pick a request without a body (see ProbePick), for EPPs whose
 	// body handling is itself under test.
 	HeadersOnly bool
+	// RefusedGrace, when > 0, makes WaitReady give up early with a *NotListeningError once every
+	// TCP connection to the target's health or ext_proc address has been refused for this long
+	// without a break: nothing listens there (an address target whose EPP is not running). A
+	// target that accepts connections but is not ready yet still gets the full timeout. 0 (command
+	// targets: a starting process needs time to bind its ports) waits the full timeout.
+	RefusedGrace time.Duration
+}
+
+// DefaultRefusedGrace is the RefusedGrace the harness gives an address target (--target address):
+// an EPP that is running refuses no connection, so five seconds of refusals mean none is there.
+const DefaultRefusedGrace = 5 * time.Second
+
+// NotListeningError is WaitReady's error when every connection to Addr was refused for the whole
+// RefusedGrace: nothing listens there.
+type NotListeningError struct {
+	// Addr is the refusing host:port; Role says which of the target's addresses it is
+	// ("ext_proc" or "gRPC health").
+	Addr, Role string
+	// For is how long connections were refused without a break.
+	For time.Duration
+	// Err is the last dial error (ECONNREFUSED).
+	Err error
+}
+
+func (e *NotListeningError) Error() string {
+	return fmt.Sprintf("nothing is listening at %s (the target's %s address): every connection was refused for %s (%v)",
+		e.Addr, e.Role, e.For.Round(100*time.Millisecond), e.Err)
+}
+
+// Unwrap returns the dial error.
+func (e *NotListeningError) Unwrap() error { return e.Err }
+
+// refusalWatch tracks, per address, since when every TCP connection has been refused.
+type refusalWatch struct {
+	grace time.Duration
+	addrs []string // distinct, health first
+	roles map[string]string
+	since map[string]time.Time
+}
+
+func newRefusalWatch(addrs TargetAddrs, grace time.Duration) *refusalWatch {
+	w := &refusalWatch{grace: grace, roles: map[string]string{}, since: map[string]time.Time{}}
+	for _, a := range []struct{ addr, role string }{{addrs.Health, "gRPC health"}, {addrs.GRPC, "ext_proc"}} {
+		if a.addr == "" {
+			continue
+		}
+		if _, dup := w.roles[a.addr]; dup {
+			continue
+		}
+		w.addrs = append(w.addrs, a.addr)
+		w.roles[a.addr] = a.role
+	}
+	return w
+}
+
+// check dials every address once; it returns a *NotListeningError for the first address whose
+// connections have all been refused for at least the grace, else nil.
+func (w *refusalWatch) check(ctx context.Context) error {
+	for _, addr := range w.addrs {
+		d := net.Dialer{Timeout: time.Second}
+		conn, err := d.DialContext(ctx, "tcp", addr)
+		switch {
+		case err == nil:
+			_ = conn.Close()
+			delete(w.since, addr)
+		case errors.Is(err, syscall.ECONNREFUSED):
+			now := time.Now()
+			first, ok := w.since[addr]
+			if !ok {
+				w.since[addr] = now
+				continue
+			}
+			if now.Sub(first) >= w.grace {
+				return &NotListeningError{Addr: addr, Role: w.roles[addr], For: now.Sub(first), Err: err}
+			}
+		default:
+			delete(w.since, addr) // a timeout or another error is not proof that nothing listens
+		}
+	}
+	return nil
 }
 
 // WaitReady polls until the target's gRPC health answers SERVING and a probe request gets a pick
-// inside pool, or timeout passes, or the target exits (the error then says so).
+// inside pool, or timeout passes, or the target exits (the error then says so), or, with
+// tlsCfg.RefusedGrace, nothing listens at its addresses (a *NotListeningError).
 func WaitReady(ctx context.Context, t Target, addrs TargetAddrs, tlsCfg ReadyProbe, model string, pool []string, timeout, poll time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var last error
 	stage := "gRPC health SERVING"
+	var refused *refusalWatch
+	if tlsCfg.RefusedGrace > 0 {
+		refused = newRefusalWatch(addrs, tlsCfg.RefusedGrace)
+	}
 	for {
 		select {
 		case <-t.Exited():
@@ -123,6 +210,12 @@ func WaitReady(ctx context.Context, t Target, addrs TargetAddrs, tlsCfg ReadyPro
 		default:
 		}
 		attempt, acancel := context.WithTimeout(ctx, 2*time.Second)
+		if refused != nil {
+			if err := refused.check(attempt); err != nil {
+				acancel()
+				return err
+			}
+		}
 		if err := CheckHealth(attempt, addrs.Health, tlsCfg.Health); err != nil {
 			last = err
 			stage = "gRPC health SERVING"

@@ -3,6 +3,10 @@ package conformance
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -42,5 +46,80 @@ func TestProbePickHeadersOnly(t *testing.T) {
 	last := seen[len(seen)-1]
 	if !last.HeadersEOS || last.BodyChunks != 0 || last.Headers[":method"] != "GET" || last.Headers[":path"] != "/v1/models" {
 		t.Errorf("headers-only probe sent %+v, want GET /v1/models with end_of_stream on the headers", last)
+	}
+}
+
+// freeAddr returns a 127.0.0.1 address nothing listens on (a port just released).
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ports, err := FreePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("127.0.0.1:%d", ports[0])
+}
+
+// TestWaitReadyNothingListening: with RefusedGrace, an address where every connection is refused
+// fails after the grace with a *NotListeningError naming it, not after the full timeout; a target
+// that accepts connections but never answers still gets the full timeout; without RefusedGrace
+// (command targets) refusals wait the full timeout too.
+func TestWaitReadyNothingListening(t *testing.T) {
+	const grace, timeout = 500 * time.Millisecond, 4 * time.Second
+	target, err := NewAddressTarget("127.0.0.1:1", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := []string{"127.0.10.1:8000"}
+
+	dead := freeAddr(t)
+	start := time.Now()
+	err = WaitReady(t.Context(), target, TargetAddrs{GRPC: dead, Health: dead}, ReadyProbe{RefusedGrace: grace}, "m", pool, timeout, 50*time.Millisecond)
+	took := time.Since(start)
+	var nl *NotListeningError
+	if !errors.As(err, &nl) || nl.Addr != dead || !strings.Contains(err.Error(), "nothing is listening at "+dead) {
+		t.Fatalf("refused address: err = %v, want a NotListeningError for %s", err, dead)
+	}
+	if took < grace || took > timeout/2 {
+		t.Errorf("refused address: failed after %s, want between the grace %s and well before the timeout %s", took, grace, timeout)
+	}
+
+	// Accepts, never answers: not "nothing listening"; the full timeout.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var held []net.Conn // accepted, never answered, closed when the test ends
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	silent := ln.Addr().String()
+	start = time.Now()
+	err = WaitReady(t.Context(), target, TargetAddrs{GRPC: silent, Health: silent}, ReadyProbe{RefusedGrace: grace}, "m", pool, timeout, 50*time.Millisecond)
+	if took := time.Since(start); errors.As(err, &nl) || err == nil || !strings.Contains(err.Error(), "not ready within") || took < timeout {
+		t.Fatalf("silent listener: err = %v after %s, want 'not ready within %s' after the full timeout", err, took, timeout)
+	}
+
+	// No grace: refusals wait the full timeout.
+	start = time.Now()
+	err = WaitReady(t.Context(), target, TargetAddrs{GRPC: dead, Health: dead}, ReadyProbe{}, "m", pool, 2*time.Second, 50*time.Millisecond)
+	if took := time.Since(start); errors.As(err, &nl) || err == nil || took < 2*time.Second {
+		t.Fatalf("no grace: err = %v after %s, want the full 2s timeout", err, took)
 	}
 }

@@ -326,6 +326,15 @@ func runConformance(cmd *cobra.Command, f conformanceFlags) error {
 			StartFleet: p.startFleet,
 		})
 		if err != nil {
+			var nl *conformance.NotListeningError
+			if errors.As(err, &nl) {
+				flag := "--address"
+				if nl.Role == "gRPC health" && f.healthAddress != "" {
+					flag = "--health-address"
+				}
+				return &exitError{code: exitHarness, err: fmt.Errorf("the harness could not start: %w\n"+
+					"--target address does not start an EPP: start yours first, listening at %s, or fix %s", err, nl.Addr, flag)}
+			}
 			return &exitError{code: exitHarness, err: fmt.Errorf("the harness could not start: %w", err)}
 		}
 		defer suite.Close()
