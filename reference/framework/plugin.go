@@ -98,6 +98,18 @@ type Scorer interface {
 	Score(ctx context.Context, cycle *CycleState, req *LLMRequest, endpoints []*Endpoint) map[string]float64
 }
 
+// IndexedScorer is an optional interface of a Scorer: ScoreIndexed writes the score of
+// endpoints[i] into out[i] (len(out) == len(endpoints); out is zeroed by the caller and an entry
+// left untouched scores 0) instead of building a map. For every i it must write exactly the value
+// Score would map endpoints[i].Key() to, or leave 0 where Score would leave the key out. The
+// scheduler calls it instead of Score when the candidates' keys are distinct (then a map keyed by
+// Key and a slice by position hold the same scores), which saves the map and one key lookup per
+// candidate on every request. Added for the reference EPP's decision path.
+type IndexedScorer interface {
+	Scorer
+	ScoreIndexed(ctx context.Context, cycle *CycleState, req *LLMRequest, endpoints []*Endpoint, out []float64)
+}
+
 // ScoredEndpoint is a candidate with its weighted total score.
 type ScoredEndpoint struct {
 	Endpoint *Endpoint

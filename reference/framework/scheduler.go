@@ -110,7 +110,31 @@ func runProfile(ctx context.Context, cycle *CycleState, req *LLMRequest, prof *S
 		}
 	}
 	totals := make([]float64, len(candidates))
+	var scratch []float64 // IndexedScorer output, shared by the profile's scorers
+	distinct := -1        // whether the candidates' keys are distinct: -1 unknown, 0 no, 1 yes
 	for _, ws := range prof.Scorers {
+		if is, ok := ws.Scorer.(IndexedScorer); ok {
+			if distinct < 0 {
+				distinct = 0
+				if distinctKeys(candidates) {
+					distinct = 1
+				}
+			}
+			if distinct == 1 {
+				if scratch == nil {
+					scratch = make([]float64, len(candidates))
+				} else {
+					clear(scratch)
+				}
+				stop := timed(ws.Scorer, "Scorer")
+				is.ScoreIndexed(ctx, cycle, req, candidates, scratch)
+				stop()
+				for i, v := range scratch {
+					totals[i] += ClampScore(v) * ws.Weight
+				}
+				continue
+			}
+		}
 		stop := timed(ws.Scorer, "Scorer")
 		scores := ws.Score(ctx, cycle, req, candidates)
 		stop()
@@ -129,4 +153,29 @@ func runProfile(ctx context.Context, cycle *CycleState, req *LLMRequest, prof *S
 		return nil, false
 	}
 	return pr, false
+}
+
+// distinctKeys reports whether no two endpoints share a Key(). The pool reaches the scheduler
+// sorted by key (discovery sorts it; filters keep the order), so a strictly increasing run proves
+// it in one pass; any other order is checked with a set.
+// A nil endpoint or one without a key counts as a duplicate, so such a list keeps the map path.
+func distinctKeys(endpoints []*Endpoint) bool {
+	for _, e := range endpoints {
+		if e == nil || (e.key == "" && e.Metadata == nil) {
+			return false
+		}
+	}
+	for i := 1; i < len(endpoints); i++ {
+		if endpoints[i-1].Key() >= endpoints[i].Key() {
+			seen := make(map[string]struct{}, len(endpoints))
+			for _, e := range endpoints {
+				if _, dup := seen[e.Key()]; dup {
+					return false
+				}
+				seen[e.Key()] = struct{}{}
+			}
+			return true
+		}
+	}
+	return true
 }

@@ -25,7 +25,7 @@ type Scorer struct {
 }
 
 var (
-	_ framework.Scorer                    = (*Scorer)(nil)
+	_ framework.IndexedScorer             = (*Scorer)(nil)
 	_ framework.ProducerParametersCarrier = (*Scorer)(nil)
 )
 
@@ -83,6 +83,20 @@ func (s *Scorer) Score(_ context.Context, _ *framework.CycleState, _ *framework.
 		}
 	}
 	return out
+}
+
+// ScoreIndexed writes Score's value for endpoints[i] into out[i] (framework.IndexedScorer); an
+// endpoint Score leaves out (nil or without metadata) keeps 0.
+func (s *Scorer) ScoreIndexed(_ context.Context, _ *framework.CycleState, _ *framework.LLMRequest, endpoints []*framework.Endpoint, out []float64) {
+	for i, ep := range endpoints {
+		if ep == nil || ep.Metadata == nil {
+			continue
+		}
+		out[i] = MatchScore(ep)
+		if mutant.Enabled && mutant.On(mutant.PrefixAffinityOff) {
+			out[i] = 0
+		}
+	}
 }
 
 // MatchScore is the score of one endpoint: MatchBlocks/TotalBlocks of its *PrefixCacheMatchInfo

@@ -41,6 +41,11 @@ func TestScorer(t *testing.T) {
 			if v := got[ep.Key()]; v != tc.want || math.IsNaN(v) {
 				t.Fatalf("score = %v, want %v", v, tc.want)
 			}
+			out := []float64{-1}
+			s.ScoreIndexed(context.Background(), framework.NewCycleState(), nil, []*framework.Endpoint{ep}, out)
+			if out[0] != tc.want {
+				t.Fatalf("ScoreIndexed = %v, want %v", out[0], tc.want)
+			}
 		})
 	}
 }

@@ -18,3 +18,17 @@ func mutantFlatten(typ string, out map[string]float64) map[string]float64 {
 	}
 	return out
 }
+
+// mutantFlattenIndexed is mutantFlatten for ScoreIndexed's slice.
+func mutantFlattenIndexed(typ string, out []float64) {
+	if !mutant.Enabled {
+		return
+	}
+	if typ == QueueScorerType && mutant.On(mutant.QueueIgnored) ||
+		typ == KVCacheScorerType && mutant.On(mutant.KVIgnored) ||
+		typ == LoRAAffinityScorerType && mutant.On(mutant.LoRAIgnored) {
+		for i := range out {
+			out[i] = 1
+		}
+	}
+}

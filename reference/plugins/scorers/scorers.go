@@ -83,7 +83,7 @@ type MinMaxScorer struct {
 	metric    func(*framework.Metrics) int
 }
 
-var _ framework.Scorer = (*MinMaxScorer)(nil)
+var _ framework.IndexedScorer = (*MinMaxScorer)(nil)
 
 func newMinMax(typ, name string, metric func(*framework.Metrics) int) *MinMaxScorer {
 	return &MinMaxScorer{typedName: typed(typ, name), metric: metric}
@@ -103,26 +103,45 @@ func (s *MinMaxScorer) TypedName() framework.TypedName { return s.typedName }
 // Score returns the min-max normalised inverse of the metric per endpoint key.
 func (s *MinMaxScorer) Score(_ context.Context, _ *framework.CycleState, _ *framework.LLMRequest, endpoints []*framework.Endpoint) map[string]float64 {
 	out := make(map[string]float64, len(endpoints))
-	lo, hi := math.MaxInt, math.MinInt
+	lo, hi := s.bounds(endpoints)
+	for _, ep := range endpoints {
+		out[ep.Key()] = s.score(ep, lo, hi)
+	}
+	return mutantFlatten(s.typedName.Type, out)
+}
+
+// ScoreIndexed writes Score's value for endpoints[i] into out[i] (framework.IndexedScorer).
+func (s *MinMaxScorer) ScoreIndexed(_ context.Context, _ *framework.CycleState, _ *framework.LLMRequest, endpoints []*framework.Endpoint, out []float64) {
+	lo, hi := s.bounds(endpoints)
+	for i, ep := range endpoints {
+		out[i] = s.score(ep, lo, hi)
+	}
+	mutantFlattenIndexed(s.typedName.Type, out)
+}
+
+// bounds returns the smallest and largest metric value over endpoints.
+func (s *MinMaxScorer) bounds(endpoints []*framework.Endpoint) (lo, hi int) {
+	lo, hi = math.MaxInt, math.MinInt
 	for _, ep := range endpoints {
 		v := s.metric(metricsOf(ep))
 		lo, hi = min(lo, v), max(hi, v)
 	}
-	for _, ep := range endpoints {
-		if hi == lo {
-			out[ep.Key()] = 1
-			continue
-		}
-		out[ep.Key()] = float64(hi-s.metric(metricsOf(ep))) / float64(hi-lo)
+	return lo, hi
+}
+
+// score is one endpoint's score given the bounds: 1 when they are equal.
+func (s *MinMaxScorer) score(ep *framework.Endpoint, lo, hi int) float64 {
+	if hi == lo {
+		return 1
 	}
-	return mutantFlatten(s.typedName.Type, out)
+	return float64(hi-s.metric(metricsOf(ep))) / float64(hi-lo)
 }
 
 // KVCacheScorer is kv-cache-utilization-scorer: 1 − KVCacheUsage, clamped to [0,1] (a usage
 // outside [0,1] or NaN is clamped first: NaN counts as full).
 type KVCacheScorer struct{ typedName framework.TypedName }
 
-var _ framework.Scorer = (*KVCacheScorer)(nil)
+var _ framework.IndexedScorer = (*KVCacheScorer)(nil)
 
 // NewKVCacheScorer returns a kv-cache-utilization-scorer (name "" means the type).
 func NewKVCacheScorer(name string) *KVCacheScorer {
@@ -136,13 +155,26 @@ func (s *KVCacheScorer) TypedName() framework.TypedName { return s.typedName }
 func (s *KVCacheScorer) Score(_ context.Context, _ *framework.CycleState, _ *framework.LLMRequest, endpoints []*framework.Endpoint) map[string]float64 {
 	out := make(map[string]float64, len(endpoints))
 	for _, ep := range endpoints {
-		u := metricsOf(ep).KVCacheUsage
-		if math.IsNaN(u) {
-			u = 1
-		}
-		out[ep.Key()] = 1 - min(max(u, 0), 1)
+		out[ep.Key()] = kvScore(ep)
 	}
 	return mutantFlatten(s.typedName.Type, out)
+}
+
+// ScoreIndexed writes Score's value for endpoints[i] into out[i] (framework.IndexedScorer).
+func (s *KVCacheScorer) ScoreIndexed(_ context.Context, _ *framework.CycleState, _ *framework.LLMRequest, endpoints []*framework.Endpoint, out []float64) {
+	for i, ep := range endpoints {
+		out[i] = kvScore(ep)
+	}
+	mutantFlattenIndexed(s.typedName.Type, out)
+}
+
+// kvScore is 1 − KVCacheUsage clamped to [0,1], NaN usage counting as full.
+func kvScore(ep *framework.Endpoint) float64 {
+	u := metricsOf(ep).KVCacheUsage
+	if math.IsNaN(u) {
+		u = 1
+	}
+	return 1 - min(max(u, 0), 1)
 }
 
 // LoRAAffinityScorer is lora-affinity-scorer (GIE v1.5.0 loraaffinity/lora_affinity.go), for the
@@ -154,7 +186,7 @@ func (s *KVCacheScorer) Score(_ context.Context, _ *framework.CycleState, _ *fra
 //	0    otherwise (no slot, or MaxActiveModels unknown = 0)
 type LoRAAffinityScorer struct{ typedName framework.TypedName }
 
-var _ framework.Scorer = (*LoRAAffinityScorer)(nil)
+var _ framework.IndexedScorer = (*LoRAAffinityScorer)(nil)
 
 // NewLoRAAffinityScorer returns a lora-affinity-scorer (name "" means the type).
 func NewLoRAAffinityScorer(name string) *LoRAAffinityScorer {
@@ -175,6 +207,18 @@ func (s *LoRAAffinityScorer) Score(_ context.Context, _ *framework.CycleState, r
 		out[ep.Key()] = LoRAAffinity(metricsOf(ep), model)
 	}
 	return mutantFlatten(s.typedName.Type, out)
+}
+
+// ScoreIndexed writes Score's value for endpoints[i] into out[i] (framework.IndexedScorer).
+func (s *LoRAAffinityScorer) ScoreIndexed(_ context.Context, _ *framework.CycleState, req *framework.LLMRequest, endpoints []*framework.Endpoint, out []float64) {
+	model := ""
+	if req != nil {
+		model = req.TargetModel
+	}
+	for i, ep := range endpoints {
+		out[i] = LoRAAffinity(metricsOf(ep), model)
+	}
+	mutantFlattenIndexed(s.typedName.Type, out)
 }
 
 // LoRAAffinity returns the lora-affinity-scorer tier of one endpoint's metrics for a model.

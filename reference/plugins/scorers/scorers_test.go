@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -129,6 +130,47 @@ func TestRegisterAndParameters(t *testing.T) {
 		}
 		if _, err := f("x", json.RawMessage(`{"weight":2}`), nil); err == nil {
 			t.Fatalf("%s accepted an unknown parameter", typ)
+		}
+	}
+}
+
+// TestScoreIndexedMatchesScore checks, on seeded random pools, that every scorer's ScoreIndexed
+// writes exactly the value Score maps each endpoint's key to (framework.IndexedScorer's contract).
+func TestScoreIndexedMatchesScore(t *testing.T) {
+	const seed = 20261201
+	rng := rand.New(rand.NewPCG(seed, 1))
+	for trial := range 200 {
+		n := 1 + rng.IntN(40)
+		ms := make([]*framework.Metrics, n)
+		for i := range ms {
+			if rng.IntN(10) == 0 {
+				continue // never scraped
+			}
+			m := &framework.Metrics{WaitingQueueSize: rng.IntN(6), RunningRequests: rng.IntN(9),
+				KVCacheUsage: rng.Float64()*1.4 - 0.2, MaxActiveModels: rng.IntN(3)}
+			if rng.IntN(20) == 0 {
+				m.KVCacheUsage = math.NaN()
+			}
+			if rng.IntN(3) == 0 {
+				m.ActiveModels = map[string]struct{}{"a": {}}
+			}
+			if rng.IntN(3) == 0 {
+				m.WaitingModels = map[string]struct{}{"a": {}, "b": {}}
+			}
+			ms[i] = m
+		}
+		endpoints := eps(ms...)
+		req := &framework.LLMRequest{TargetModel: []string{"a", "b", "c"}[rng.IntN(3)]}
+		for _, s := range []framework.IndexedScorer{NewQueueScorer(""), NewRunningRequestsScorer(""),
+			NewKVCacheScorer(""), NewLoRAAffinityScorer("")} {
+			m := s.Score(context.Background(), framework.NewCycleState(), req, endpoints)
+			got := make([]float64, n)
+			s.ScoreIndexed(context.Background(), framework.NewCycleState(), req, endpoints, got)
+			for i, ep := range endpoints {
+				if want := m[ep.Key()]; got[i] != want {
+					t.Fatalf("seed %d trial %d: %s: endpoint %d: ScoreIndexed %v, Score %v", seed, trial, s.TypedName(), i, got[i], want)
+				}
+			}
 		}
 	}
 }
