@@ -220,6 +220,11 @@ func StartHarness(ctx context.Context, cfg HarnessConfig) (s *Suite, err error) 
 	}
 	if err := WaitReady(ctx, cfg.Target, addrs, probe, cfg.ModelName, s.Endpoints(),
 		cfg.Timeouts.TargetReady.D(), cfg.Timeouts.Poll.D()*4); err != nil {
+		if ct, ok := cfg.Target.(*CommandTarget); ok {
+			if hint := ct.HealthPortHint(); hint != "" {
+				err = fmt.Errorf("%w\n%s", err, hint)
+			}
+		}
 		if lt, ok := cfg.Target.(interface {
 			LogTail(int) string
 			LogPath() string

@@ -12,32 +12,46 @@ import (
 	"github.com/eppkit/eppkit/fakes/vllm"
 )
 
+// A command target that never gets ready fails after targetReady with the end of its log; when
+// its template has no {{.HealthPort}} the error says so (the EPP may serve health on a port of
+// its own that eppkit does not probe), and only then.
 func TestStartHarnessTargetNeverReady(t *testing.T) {
-	target, err := NewCommandTarget("command", `echo listening nowhere; sleep 30`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	to := DefaultTimeoutConfig()
-	to.TargetReady = Duration(time.Second)
-	start := time.Now()
-	s, err := StartHarness(t.Context(), HarnessConfig{Target: target, Source: StaticSource{}, LogDir: t.TempDir(),
-		Timeouts: to, Seed: 1, FleetSize: 2})
-	var he *HarnessError
-	if s != nil || !errors.As(err, &he) || he.Stage != "readiness" {
-		t.Fatalf("StartHarness = %v, %v; want a readiness HarnessError", s, err)
-	}
-	for _, want := range []string{"not ready within 1s", "gRPC health SERVING", "listening nowhere"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("error lacks %q: %v", want, err)
+	for _, tc := range []struct {
+		command string
+		hint    bool
+	}{
+		{`echo listening nowhere; sleep 30`, true},
+		{`echo listening nowhere, not even on {{.HealthPort}}; sleep 30`, false},
+	} {
+		target, err := NewCommandTarget("command", tc.command)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if d := time.Since(start); d > 15*time.Second {
-		t.Errorf("gave up after %s", d)
-	}
-	select {
-	case <-target.Exited(): // Close stopped it
-	case <-time.After(5 * time.Second):
-		t.Error("the target still runs after a failed start")
+		to := DefaultTimeoutConfig()
+		to.TargetReady = Duration(time.Second)
+		start := time.Now()
+		s, err := StartHarness(t.Context(), HarnessConfig{Target: target, Source: StaticSource{}, LogDir: t.TempDir(),
+			Timeouts: to, Seed: 1, FleetSize: 2})
+		var he *HarnessError
+		if s != nil || !errors.As(err, &he) || he.Stage != "readiness" {
+			t.Fatalf("%s: StartHarness = %v, %v; want a readiness HarnessError", tc.command, s, err)
+		}
+		for _, want := range []string{"not ready within 1s", "gRPC health SERVING", "listening nowhere"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: error lacks %q: %v", tc.command, want, err)
+			}
+		}
+		if got := strings.Contains(err.Error(), "has no {{.HealthPort}}"); got != tc.hint {
+			t.Errorf("%s: {{.HealthPort}} hint %v, want %v: %v", tc.command, got, tc.hint, err)
+		}
+		if d := time.Since(start); d > 15*time.Second {
+			t.Errorf("gave up after %s", d)
+		}
+		select {
+		case <-target.Exited(): // Close stopped it
+		case <-time.After(5 * time.Second):
+			t.Error("the target still runs after a failed start")
+		}
 	}
 }
 

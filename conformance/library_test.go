@@ -162,8 +162,18 @@ func TestCommandTargetLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if addrs.GRPC != "127.0.0.1:4242" || addrs.Health != "127.0.0.1:4243" || addrs.Metrics != "" {
+	// No {{.HealthPort}} in the template: the EPP cannot know that port, so health is probed on
+	// the ext_proc port.
+	if addrs.GRPC != "127.0.0.1:4242" || addrs.Health != "127.0.0.1:4242" || addrs.Metrics != "" {
 		t.Fatalf("addrs = %+v", addrs)
+	}
+	withHealth, err := NewCommandTarget("command", `exit 0 # {{.HealthPort}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, err := withHealth.Start(t.Context(), TargetEnv{GRPCPort: 4242, HealthPort: 4243, LogDir: t.TempDir()}); err != nil ||
+		a.Health != "127.0.0.1:4243" || withHealth.HealthPortHint() != "" {
+		t.Fatalf("template with {{.HealthPort}}: addrs %+v, %v, hint %q", a, err, withHealth.HealthPortHint())
 	}
 	if err := Eventually(5*time.Second, 20*time.Millisecond, 1, func() error {
 		if !strings.Contains(c.LogTail(5), "started on 4242") {

@@ -179,6 +179,22 @@ func (c *CommandTarget) Render(env TargetEnv) (string, error) {
 	return strings.TrimSpace(b.String()), nil
 }
 
+// UsesHealthPort reports whether the command template mentions {{.HealthPort}}. When it does not,
+// the EPP cannot know the health port eppkit picked, so Start gives the ext_proc address as the
+// health address, and HealthPortHint explains a readiness failure.
+func (c *CommandTarget) UsesHealthPort() bool { return strings.Contains(c.text, ".HealthPort") }
+
+// HealthPortHint is the hint added to a readiness failure of a command target whose template
+// has no {{.HealthPort}}, "" when it has one.
+func (c *CommandTarget) HealthPortHint() string {
+	if c.UsesHealthPort() {
+		return ""
+	}
+	return "hint: the --command template has no {{.HealthPort}}, so eppkit probes gRPC health on the EPP's ext_proc port " +
+		"({{.GRPCPort}}); an EPP that serves health on a port of its own (the upstream EPP: --grpc-health-port, default 9003) " +
+		"must be given that port: add --grpc-health-port {{.HealthPort}} (or your EPP's equivalent flag) to the template"
+}
+
 // LogPath is the target's log file (after Start).
 func (c *CommandTarget) LogPath() string { return c.logPath }
 
@@ -224,6 +240,11 @@ func (c *CommandTarget) Start(ctx context.Context, env TargetEnv) (TargetAddrs, 
 	a := TargetAddrs{
 		GRPC:   net.JoinHostPort("127.0.0.1", strconv.Itoa(env.GRPCPort)),
 		Health: net.JoinHostPort("127.0.0.1", strconv.Itoa(env.HealthPort)),
+	}
+	if !c.UsesHealthPort() {
+		// The EPP was never told the free port eppkit picked for health, so nothing can listen
+		// there: probe its ext_proc port, where some EPPs serve gRPC health too.
+		a.Health = a.GRPC
 	}
 	if env.MetricsPort > 0 {
 		a.Metrics = net.JoinHostPort("127.0.0.1", strconv.Itoa(env.MetricsPort))

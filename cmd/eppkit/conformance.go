@@ -80,8 +80,9 @@ every registered test of the selected profiles, printing each result as it finis
 
 Targets: reference (this binary's reference-epp), command (--command template, run as a process,
 killed at the end; fields {{.Eppkit}} {{.Endpoints}} {{.GRPCPort}} {{.HealthPort}} {{.MetricsPort}}
-{{.Kubeconfig}} {{.PoolName}} {{.PoolNamespace}} {{.ConfigFile}} {{.Seed}}), address (an already running EPP
-at --address).
+{{.Kubeconfig}} {{.PoolName}} {{.PoolNamespace}} {{.ConfigFile}} {{.Seed}}; without {{.HealthPort}} gRPC health
+is probed on {{.GRPCPort}}), address (an already running EPP at --address; exit 2 after 5 s if nothing
+listens there).
 
 Exit codes: 0 all tests that ran passed, 1 a test failed, 2 the harness or target could not start,
 3 bad flags. With --expect-failures, 0 means the failed tests are exactly the listed ones and 1 that
@@ -297,6 +298,10 @@ func runConformance(cmd *cobra.Command, f conformanceFlags) error {
 		}
 		defer os.Remove(tmp)
 		f.configFile = tmp
+	}
+	if ct, ok := p.target.(*conformance.CommandTarget); ok && f.target == "command" && !ct.UsesHealthPort() {
+		fmt.Fprintln(cmd.ErrOrStderr(), "warning: the --command template has no {{.HealthPort}}: eppkit will probe gRPC health on the "+
+			"EPP's ext_proc port ({{.GRPCPort}}); if your EPP serves health on a port of its own, add e.g. --grpc-health-port {{.HealthPort}}")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

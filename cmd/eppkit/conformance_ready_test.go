@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -40,4 +41,34 @@ func TestConformanceAddressNothingListening(t *testing.T) {
 		t.Errorf("failed after %s, want about %s after the fleet started", took, conformance.DefaultRefusedGrace)
 	}
 	t.Logf("failed after %s", took.Round(time.Millisecond))
+}
+
+// TestConformanceCommandWithoutHealthPort: a --command template without {{.HealthPort}} is
+// accepted (an EPP may serve health on its ext_proc port) with a warning at start-up, and a
+// readiness failure then says what to add.
+func TestConformanceCommandWithoutHealthPort(t *testing.T) {
+	if len(conformance.All()) == 0 {
+		t.Skip("no conformance tests registered")
+	}
+	dir := t.TempDir()
+	t.Setenv("EPPKIT_SEED", "7")
+	tc := filepath.Join(dir, "timeouts.yaml")
+	if err := os.WriteFile(tc, []byte("targetReady: 2s\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out := runCLI(t, "conformance", "--target", "command", "--command", "echo serving health on 9003 only; exec sleep 30",
+		"--profiles", "EPP", "--log-dir", dir, "--timeout-config", tc, "--fleet-size", "2")
+	if code != exitHarness {
+		t.Fatalf("exit %d, want %d:\n%s", code, exitHarness, out)
+	}
+	for _, want := range []string{
+		"warning: the --command template has no {{.HealthPort}}",
+		"not ready within 2s",
+		"hint: the --command template has no {{.HealthPort}}", "--grpc-health-port {{.HealthPort}}",
+		"serving health on 9003 only",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
 }
