@@ -325,6 +325,38 @@ func TestPrepareDataExecutor(t *testing.T) {
 			}
 		}
 	})
+	t.Run("several keys per plugin and per layer reach every endpoint, and no view writes into another", func(t *testing.T) {
+		// p1 and p2 share layer 0 (p1 writes three keys, more than a view's first-write slot);
+		// c reads k in layer 1 and writes "seen" onto endpoints that already carry attributes.
+		p1 := prod("p1", map[string]any{"k": "", "k2": "", "k3": ""}, nil)
+		p2 := prod("p2", map[string]any{"other": ""}, nil)
+		c := &readBack{base: base{TypedName{"rb", "c"}}, key: "k"}
+		r, err := NewRuntime(cfgWith(specsOf(p1, p2, c)), testRegistry(t, p1, p2, c), RuntimeOptions{Logger: quietLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for round := range 2 { // the second round's endpoints already hold every key
+			eps := testEndpoints(3)
+			if round == 1 {
+				for _, e := range eps {
+					e.Put("k", "old")
+				}
+			}
+			if err := r.PrepareData(ctx, req, eps); err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range eps {
+				got := map[string]string{}
+				for _, key := range e.Keys() {
+					got[key], _ = AttributeAs[string](e, key)
+				}
+				want := map[string]string{"k": "p1", "k2": "p1", "k3": "p1", "other": "p2", "seen": "p1"}
+				if diff := cmp.Diff(want, got); diff != "" {
+					t.Errorf("round %d %s attributes (-want +got):\n%s", round, e.Key(), diff)
+				}
+			}
+		}
+	})
 	t.Run("a failing or panicking plugin fails open and its writes are discarded", func(t *testing.T) {
 		bad := prod("bad", map[string]any{"bad": ""}, nil)
 		bad.err = errors.New("backend down")

@@ -103,11 +103,16 @@ func (r *Runtime) PrepareData(ctx context.Context, req *LLMRequest, endpoints []
 		done := make(chan prepOutcome, len(layer))
 		views := make([][]*Endpoint, len(layer))
 		for i, p := range layer {
-			// One backing array for the plugin's views (not one allocation per endpoint).
+			// One backing array for the plugin's views and one for their first staged write each
+			// (not one allocation per endpoint and per first Put).
 			backing := make([]Endpoint, len(endpoints))
+			firstPut := make([]attr, len(endpoints))
 			vs := make([]*Endpoint, len(endpoints))
 			for j, e := range endpoints {
 				e.stageInto(&backing[j])
+				// Capped at one element: a view's first Put fills its own slot, a second one
+				// reallocates, so no view writes into another's.
+				backing[j].staged = firstPut[j : j : j+1]
 				vs[j] = &backing[j]
 			}
 			views[i] = vs
