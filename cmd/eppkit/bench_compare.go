@@ -3,9 +3,12 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -54,7 +57,9 @@ scorers); predicted-latency (reference + predicted-latency.yaml, when that file 
 upstream-v1.5.0 (when 'eppkit tools path gie epp' finds it; discovers through a local
 kube-apiserver, so 'eppkit tools build k8s' must have run); command (--command, any EPP).
 
-Writes results.json, comparison.json and the plots under --output-dir (default out/bench/compare-<workload>).`,
+Writes results.json, comparison.json and the plots under --output-dir (default out/bench/compare-<workload>).
+Ctrl-C (or SIGTERM) stops the comparison: the policies that finished are still printed and written,
+comparison.json says "interrupted": true with the policies not run, and the exit code is 2.`,
 		Example: `  eppkit bench compare --workload shared-prefix --duration 60s
   eppkit bench compare --policies round-robin,reference --rate 4,8,12,16 --duration 80s`,
 		Args: cobra.NoArgs,
@@ -96,7 +101,9 @@ func runBenchCompare(cmd *cobra.Command, f *compareFlags) error {
 	if len(targets) == 0 || targets[0].Target != nil {
 		return badFlags("--policies must start with %s (the baseline of the ratios)", bench.TargetRoundRobin)
 	}
-	ctx, cancel := signalContext()
+	// Ctrl-C or SIGTERM (or the command's context ending) stops the comparison; the policies that
+	// finished are still printed and written.
+	ctx, cancel := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	fmt.Fprintf(stderr, "eppkit bench compare: %d policies, workload %s, rate %s req/s over %v each, seed %d, load average %s\n",
 		len(targets), f.workload, f.rate, f.duration, f.seed, bench.LoadAverage())
@@ -106,15 +113,34 @@ func runBenchCompare(cmd *cobra.Command, f *compareFlags) error {
 	}
 	c, err := bench.Compare(ctx, rc, targets, stderr)
 	stop()
-	if err != nil {
+	if err != nil && (c == nil || !c.Interrupted) {
 		return &exitError{code: 2, err: err}
 	}
+	cancel() // from here a second Ctrl-C ends the process at once
 	for n, why := range notesSkipped(notes) {
 		c.Skipped[n] = why
 	}
 	if len(c.Results) == 0 {
+		if c.Interrupted {
+			return &exitError{code: 2, err: fmt.Errorf("interrupted before any policy finished (%s): nothing to write", c.InterruptionLine())}
+		}
 		return &exitError{code: 2, err: errors.New("no policy ran")}
 	}
+	if err := writeComparison(stdout, outDir, c, rc); err != nil {
+		return err
+	}
+	if c.Interrupted {
+		return &exitError{code: 2, err: fmt.Errorf("interrupted: wrote the %d policies that finished; not run: %s",
+			len(c.Results), strings.Join(c.NotRun, ", "))}
+	}
+	return nil
+}
+
+// writeComparison prints the per-policy blocks and the comparison table of c and writes
+// results.json, the vllm_*.json files, the plots and comparison.json under outDir. An
+// interrupted comparison (c.Interrupted) covers only the policies that finished, and
+// comparison.json says which did not run.
+func writeComparison(stdout io.Writer, outDir string, c *bench.Comparison, rc bench.RunConfig) error {
 	for _, r := range c.Results {
 		fmt.Fprintf(stdout, "\n##### %s\n", r.Target)
 		bench.PrintSteps(stdout, r)
@@ -132,14 +158,17 @@ func runBenchCompare(cmd *cobra.Command, f *compareFlags) error {
 	}
 	cmpPath := filepath.Join(outDir, "comparison.json")
 	if err := writeJSON(cmpPath, struct {
-		Step       int                `json:"step"`
-		StepReason string             `json:"step_reason"`
-		Rows       []bench.CompareRow `json:"rows"`
-		Skipped    map[string]string  `json:"skipped,omitempty"`
-		Oracle     *bench.Oracle      `json:"oracle"`
-		Steps      []bench.Step       `json:"steps"`
-		Workload   bench.Spec         `json:"workload"`
-	}{c.Step, c.StepReason, c.Rows, c.Skipped, o, rc.Steps, rc.Spec}); err != nil {
+		Step              int                `json:"step"`
+		StepReason        string             `json:"step_reason"`
+		Rows              []bench.CompareRow `json:"rows"`
+		Skipped           map[string]string  `json:"skipped,omitempty"`
+		Interrupted       bool               `json:"interrupted,omitempty"`
+		InterruptedDuring string             `json:"interrupted_during,omitempty"`
+		NotRun            []string           `json:"not_run,omitempty"`
+		Oracle            *bench.Oracle      `json:"oracle"`
+		Steps             []bench.Step       `json:"steps"`
+		Workload          bench.Spec         `json:"workload"`
+	}{c.Step, c.StepReason, c.Rows, c.Skipped, c.Interrupted, c.InterruptedDuring, c.NotRun, o, rc.Steps, rc.Spec}); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "wrote %s\n", strings.Join(append(files, cmpPath), ", "))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/eppkit/eppkit/conformance"
@@ -68,14 +69,23 @@ type Comparison struct {
 	Rows       []CompareRow `json:"rows"`
 	// Skipped maps a policy to why it did not run.
 	Skipped map[string]string `json:"skipped,omitempty"`
+	// Interrupted is true when the context ended (Ctrl-C or SIGTERM) before every policy
+	// finished: Results and Rows then cover only the policies that finished, InterruptedDuring
+	// is the policy that was running (its partial result is dropped) and NotRun lists it and the
+	// policies after it, in order.
+	Interrupted       bool     `json:"interrupted,omitempty"`
+	InterruptedDuring string   `json:"interrupted_during,omitempty"`
+	NotRun            []string `json:"not_run,omitempty"`
 }
 
 // Compare runs cfg against each target in turn, each on a fresh environment (fleet, source, EPP,
 // gateway) with the same plan, and builds the table. A target that fails to start or dies is
-// recorded in Skipped and the others still run; only ctx ending stops the comparison.
+// recorded in Skipped and the others still run; only ctx ending stops the comparison: Compare
+// then returns the comparison of the policies that finished, marked Interrupted, with ctx's
+// error.
 func Compare(ctx context.Context, cfg RunConfig, targets []CompareTarget, log io.Writer) (*Comparison, error) {
 	c := &Comparison{Skipped: map[string]string{}}
-	for _, t := range targets {
+	for i, t := range targets {
 		rc := cfg
 		rc.Env.Name, rc.Env.Target, rc.Env.Source, rc.Env.ConfigFile = t.Name, t.Target, t.Source, t.ConfigFile
 		if rc.Env.LogDir != "" {
@@ -86,6 +96,14 @@ func Compare(ctx context.Context, cfg RunConfig, targets []CompareTarget, log io
 		}
 		r, err := Run(ctx, rc)
 		if ctx.Err() != nil {
+			c.Interrupted, c.InterruptedDuring = true, t.Name
+			for _, n := range targets[i:] {
+				c.NotRun = append(c.NotRun, n.Name)
+			}
+			if log != nil {
+				fmt.Fprintf(log, "== %s: interrupted; not run: %v\n", t.Name, c.NotRun)
+			}
+			c.build()
 			return c, ctx.Err()
 		}
 		if err != nil {
@@ -160,6 +178,9 @@ func (c *Comparison) build() {
 func PrintComparison(w io.Writer, c *Comparison) {
 	if len(c.Results) == 0 {
 		fmt.Fprintln(w, "no policy ran")
+		if line := c.InterruptionLine(); line != "" {
+			fmt.Fprintln(w, line)
+		}
 		return
 	}
 	s := c.Results[0].Steps[c.Step]
@@ -177,4 +198,17 @@ func PrintComparison(w io.Writer, c *Comparison) {
 	for name, why := range c.Skipped {
 		fmt.Fprintf(w, "skipped %s: %s\n", name, why)
 	}
+	if line := c.InterruptionLine(); line != "" {
+		fmt.Fprintln(w, line)
+	}
+}
+
+// InterruptionLine says which policies an interrupted comparison did not run, "" when it was not
+// interrupted.
+func (c *Comparison) InterruptionLine() string {
+	if !c.Interrupted {
+		return ""
+	}
+	return fmt.Sprintf("INTERRUPTED (Ctrl-C or SIGTERM) during %s: not run: %s; the table covers only the %d policies that finished",
+		c.InterruptedDuring, strings.Join(c.NotRun, ", "), len(c.Results))
 }
