@@ -390,7 +390,8 @@ func runConformance(cmd *cobra.Command, f conformanceFlags) error {
 		return &exitError{code: exitTestFailed, err: fmt.Errorf("%d conformance test(s) failed", failed)}
 	}
 	if errors.Is(ctx.Err(), context.Canceled) {
-		return &exitError{code: exitHarness, err: errors.New("interrupted")}
+		ran, notRun := conformance.Interruption(results)
+		return &exitError{code: exitHarness, err: fmt.Errorf("interrupted (Ctrl-C or SIGTERM): %d tests ran, %d did not run", ran, notRun)}
 	}
 	return nil
 }
