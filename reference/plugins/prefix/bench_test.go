@@ -2,6 +2,8 @@ package prefix
 
 import (
 	"context"
+	"fmt"
+	"runtime"
 	"testing"
 
 	"github.com/eppkit/eppkit/reference/framework"
@@ -43,4 +45,54 @@ func BenchmarkProducerPrepareData(b *testing.B) {
 		_ = p.PrepareRequestData(ctx, req, eps)
 		h.state.DeleteKey(req.RequestID, p.StateKey())
 	}
+}
+
+// fillIndex returns an index of 100 endpoints holding 10,000 distinct block hashes each (1M
+// entries, as after ~30,000 unique 2 KB requests), every 50th hash also held by three more
+// endpoints (so some reverse-map entries have more than one holder).
+func fillIndex() *Index {
+	ix := NewIndex(0)
+	hs := make([]uint64, 10_000)
+	for e := range 100 {
+		for i := range hs {
+			hs[i] = uint64(e)<<32 | uint64(i)
+			if i%50 == 0 {
+				hs[i] = uint64(e/4) << 32 // shared with the other endpoints of its group of 4
+			}
+		}
+		ix.Add(fmt.Sprintf("10.0.%d.%d:8000", e/256, e%256), 0, hs)
+	}
+	return ix
+}
+
+// BenchmarkIndexAdd measures one Add of 32 new hashes (one 2 KB request) to one of 100 endpoints
+// of an index holding 1M entries (fillIndex), garbage collection included: the index's reverse
+// map is what the collector scans on every cycle.
+func BenchmarkIndexAdd(b *testing.B) {
+	ix := fillIndex()
+	hs := make([]uint64, 32)
+	next := uint64(1) << 48
+	b.ReportAllocs()
+	b.ResetTimer()
+	e := 0
+	for b.Loop() {
+		for i := range hs {
+			hs[i] = next
+			next++
+		}
+		ix.Add(fmt.Sprintf("10.0.0.%d:8000", e%100), 0, hs)
+		e++
+	}
+}
+
+// BenchmarkIndexGC measures one full garbage collection with a 1M-entry index (fillIndex) live:
+// the marking work the index adds to every GC cycle of the EPP.
+func BenchmarkIndexGC(b *testing.B) {
+	ix := fillIndex()
+	runtime.GC()
+	b.ResetTimer()
+	for b.Loop() {
+		runtime.GC()
+	}
+	runtime.KeepAlive(ix)
 }

@@ -17,10 +17,11 @@ const DefaultLRUCapacityPerServer = 31250
 // hash → endpoints that the LRUs' eviction callbacks keep equal to the union of the LRUs.
 // Indexing is synchronous: when Add returns, Match sees the hashes. Safe for concurrent use.
 //
-// Inside, endpoints are small integer ids and the reverse map holds a short list of ids per hash
-// (one small pointer-free allocation, not a map per hash): a request adds one entry per block, and
-// the index holds up to capacity × endpoints of them, so this keeps both Add and the garbage
-// collector's work small.
+// Inside, endpoints are small integer ids and the reverse map holds the ids of a hash inline in
+// its map value (up to inlineHolders of them; a hash held by more endpoints keeps its ids in a
+// small overflow map): a request adds one entry per block and the index holds up to capacity ×
+// endpoints of them, so the reverse map has no pointer for the garbage collector to scan and no
+// allocation per hash.
 type Index struct {
 	defaultCapacity int
 
@@ -30,7 +31,64 @@ type Index struct {
 	ids     map[string]int32 // endpoint key → id, for every endpoint with an LRU
 	names   []string         // id → endpoint key ("" for a free id)
 	free    []int32          // ids of removed endpoints, reused by the next new endpoint
-	holders map[uint64][]int32
+	holders map[uint64]holderSet
+	// overflow holds the ids of every hash whose holderSet has n > inlineHolders.
+	overflow map[uint64][]int32
+}
+
+// inlineHolders is how many endpoint ids a hash's reverse-map value holds inline. With 3 the
+// value is 16 bytes; a hash held by more endpoints (a shared system prompt) is rare enough that
+// its ids go to Index.overflow.
+const inlineHolders = 3
+
+// holderSet is the reverse-map value of one hash: the number of endpoints holding it and, when
+// n ≤ inlineHolders, their ids (in no particular order). Pointer-free, so the map is not scanned
+// by the garbage collector.
+type holderSet struct {
+	n   int32
+	ids [inlineHolders]int32
+}
+
+// holdersLocked returns the ids holding h (nil when none). For an inline set the ids are copied
+// into buf, so the result stays valid while the index changes only if it came from overflow;
+// callers use it before their next change to the index.
+func (ix *Index) holdersLocked(h uint64, buf *[inlineHolders]int32) []int32 {
+	v, ok := ix.holders[h]
+	if !ok {
+		return nil
+	}
+	if v.n <= inlineHolders {
+		*buf = v.ids
+		return buf[:v.n]
+	}
+	return ix.overflow[h]
+}
+
+// addHolderLocked adds id to the holders of h unless it is there already.
+func (ix *Index) addHolderLocked(h uint64, id int32) {
+	v := ix.holders[h]
+	switch {
+	case v.n < inlineHolders:
+		if slices.Contains(v.ids[:v.n], id) {
+			return
+		}
+		v.ids[v.n] = id
+	case v.n == inlineHolders:
+		if slices.Contains(v.ids[:], id) {
+			return
+		}
+		set := make([]int32, 0, 2*inlineHolders)
+		ix.overflow[h] = append(append(set, v.ids[:]...), id)
+		v.ids = [inlineHolders]int32{}
+	default:
+		set := ix.overflow[h]
+		if slices.Contains(set, id) {
+			return
+		}
+		ix.overflow[h] = append(set, id)
+	}
+	v.n++
+	ix.holders[h] = v
 }
 
 // NewIndex returns an empty index whose endpoints get defaultCapacity entries unless Add is given
@@ -44,7 +102,8 @@ func NewIndex(defaultCapacity int) *Index {
 		lrus:            map[string]*simplelru.LRU[uint64, struct{}]{},
 		caps:            map[string]int{},
 		ids:             map[string]int32{},
-		holders:         map[uint64][]int32{},
+		holders:         map[uint64]holderSet{},
+		overflow:        map[uint64][]int32{},
 	}
 }
 
@@ -87,9 +146,7 @@ func (ix *Index) Add(endpoint string, capacity int, hashes []uint64) {
 		ix.caps[endpoint] = capacity
 	}
 	for _, h := range hashes {
-		if set := ix.holders[h]; !slices.Contains(set, id) {
-			ix.holders[h] = append(set, id)
-		}
+		ix.addHolderLocked(h, id)
 		// Add may evict the oldest hash, possibly one inserted earlier in this loop; the callback
 		// removes it from the reverse map, so both stay equal.
 		l.Add(h, struct{}{})
@@ -99,17 +156,39 @@ func (ix *Index) Add(endpoint string, capacity int, hashes []uint64) {
 // dropHolderLocked removes endpoint id from the holders of h. Called with ix.mu held (from the LRU
 // eviction callback, which runs synchronously inside Add, Remove and Purge).
 func (ix *Index) dropHolderLocked(h uint64, id int32) {
-	set := ix.holders[h]
+	v, ok := ix.holders[h]
+	if !ok {
+		return
+	}
+	if v.n <= inlineHolders {
+		i := slices.Index(v.ids[:v.n], id)
+		if i < 0 {
+			return
+		}
+		if v.n == 1 {
+			delete(ix.holders, h)
+			return
+		}
+		v.n--
+		v.ids[i], v.ids[v.n] = v.ids[v.n], 0
+		ix.holders[h] = v
+		return
+	}
+	set := ix.overflow[h]
 	i := slices.Index(set, id)
 	if i < 0 {
 		return
 	}
-	if len(set) == 1 {
-		delete(ix.holders, h)
-		return
-	}
 	set[i] = set[len(set)-1]
-	ix.holders[h] = set[:len(set)-1]
+	set = set[:len(set)-1]
+	v.n = int32(len(set))
+	if len(set) <= inlineHolders {
+		copy(v.ids[:], set)
+		delete(ix.overflow, h)
+	} else {
+		ix.overflow[h] = set
+	}
+	ix.holders[h] = v
 }
 
 // Match returns, for every endpoint holding at least one of the leading blocks, its match length
@@ -122,8 +201,9 @@ func (ix *Index) Match(hashes []uint64) map[string]int {
 	defer ix.mu.RUnlock()
 	var counts []int32 // by id, allocated at the first held block
 	var touched []int32
+	var buf [inlineHolders]int32
 	for _, h := range hashes {
-		set := ix.holders[h]
+		set := ix.holdersLocked(h, &buf)
 		if len(set) == 0 {
 			break
 		}
@@ -149,8 +229,9 @@ func (ix *Index) MatchLen(hashes []uint64, endpoint string) int {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	id, known := ix.ids[endpoint]
+	var buf [inlineHolders]int32
 	for _, h := range hashes {
-		set := ix.holders[h]
+		set := ix.holdersLocked(h, &buf)
 		if len(set) == 0 {
 			break
 		}
@@ -237,8 +318,10 @@ func (ix *Index) Contents() map[string][]uint64 {
 func (ix *Index) Holders(h uint64) []string {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
-	out := make([]string, 0, len(ix.holders[h]))
-	for _, id := range ix.holders[h] {
+	var buf [inlineHolders]int32
+	set := ix.holdersLocked(h, &buf)
+	out := make([]string, 0, len(set))
+	for _, id := range set {
 		out = append(out, ix.names[id])
 	}
 	slices.Sort(out)
@@ -251,7 +334,9 @@ func (ix *Index) ReverseMap() map[uint64][]string {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	out := make(map[uint64][]string, len(ix.holders))
-	for h, set := range ix.holders {
+	var buf [inlineHolders]int32
+	for h := range ix.holders {
+		set := ix.holdersLocked(h, &buf)
 		eps := make([]string, 0, len(set))
 		for _, id := range set {
 			eps = append(eps, ix.names[id])

@@ -197,3 +197,54 @@ func TestIndexConcurrent(t *testing.T) {
 	wg.Wait()
 	checkConsistent(t, ix)
 }
+
+// TestIndexReverseMapRandomOps drives the index with seeded random Adds and Removes over 8
+// endpoints and 24 hashes, so hashes move between the inline and overflow forms of the reverse
+// map many times; after every op the reverse map must equal the union of the LRUs, Match must
+// equal a model computed from Contents, and the overflow map must hold exactly the hashes with
+// more than inlineHolders holders.
+func TestIndexReverseMapRandomOps(t *testing.T) {
+	const seed = 4242
+	r := rand.New(rand.NewPCG(seed, 0))
+	ix := NewIndex(6)
+	for op := range 3000 {
+		ep := fmt.Sprintf("10.0.0.%d:8000", r.IntN(8))
+		if r.IntN(25) == 0 {
+			ix.RemoveEndpoint(ep)
+		} else {
+			hs := make([]uint64, 1+r.IntN(5))
+			for i := range hs {
+				hs[i] = r.Uint64N(24)
+			}
+			ix.Add(ep, 0, hs)
+		}
+		checkConsistent(t, ix)
+		for h, v := range ix.holders {
+			if _, over := ix.overflow[h]; over != (v.n > inlineHolders) || (over && int(v.n) != len(ix.overflow[h])) {
+				t.Fatalf("seed %d op %d: hash %d: n %d, overflow %v", seed, op, h, v.n, ix.overflow[h])
+			}
+		}
+		if len(ix.overflow) > len(ix.holders) {
+			t.Fatalf("seed %d op %d: %d overflow entries for %d hashes", seed, op, len(ix.overflow), len(ix.holders))
+		}
+		query := []uint64{r.Uint64N(24), r.Uint64N(24), r.Uint64N(24), r.Uint64N(24)}
+		want := map[string]int{}
+		rev := ix.ReverseMap()
+		for _, h := range query {
+			if len(rev[h]) == 0 {
+				break
+			}
+			for _, e := range rev[h] {
+				want[e]++
+			}
+		}
+		if diff := cmp.Diff(want, ix.Match(query)); diff != "" {
+			t.Fatalf("seed %d op %d: Match(%v) (-model +got):\n%s", seed, op, query, diff)
+		}
+		for e, n := range want {
+			if got := ix.MatchLen(query, e); got != n {
+				t.Fatalf("seed %d op %d: MatchLen(%v, %s) = %d, want %d", seed, op, query, e, got, n)
+			}
+		}
+	}
+}
