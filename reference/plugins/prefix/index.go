@@ -3,8 +3,6 @@ package prefix
 import (
 	"slices"
 	"sync"
-
-	"github.com/hashicorp/golang-lru/v2/simplelru"
 )
 
 // DefaultLRUCapacityPerServer is the default number of block hashes the index keeps per endpoint
@@ -21,12 +19,15 @@ const DefaultLRUCapacityPerServer = 31250
 // its map value (up to inlineHolders of them; a hash held by more endpoints keeps its ids in a
 // small overflow map): a request adds one entry per block and the index holds up to capacity ×
 // endpoints of them, so the reverse map has no pointer for the garbage collector to scan and no
-// allocation per hash.
+// allocation per hash. The per-endpoint LRUs are blockLRU, which behaves as golang-lru's
+// simplelru.LRU did here (a differential test checks it) but is pointer-free too: with
+// simplelru's list element per entry, a full index kept millions of pointers live and the
+// collector's marking of them was the largest cost of a decision.
 type Index struct {
 	defaultCapacity int
 
 	mu      sync.RWMutex
-	lrus    map[string]*simplelru.LRU[uint64, struct{}]
+	lrus    map[string]*blockLRU
 	caps    map[string]int
 	ids     map[string]int32 // endpoint key → id, for every endpoint with an LRU
 	names   []string         // id → endpoint key ("" for a free id)
@@ -99,7 +100,7 @@ func NewIndex(defaultCapacity int) *Index {
 	}
 	return &Index{
 		defaultCapacity: defaultCapacity,
-		lrus:            map[string]*simplelru.LRU[uint64, struct{}]{},
+		lrus:            map[string]*blockLRU{},
 		caps:            map[string]int{},
 		ids:             map[string]int32{},
 		holders:         map[uint64]holderSet{},
@@ -138,23 +139,22 @@ func (ix *Index) Add(endpoint string, capacity int, hashes []uint64) {
 		if capacity <= 0 {
 			capacity = ix.defaultCapacity
 		}
-		// NewLRU fails only for size ≤ 0, excluded above.
-		l, _ = simplelru.NewLRU[uint64, struct{}](capacity, func(h uint64, _ struct{}) {
-			ix.dropHolderLocked(h, id)
-		})
+		l = newBlockLRU(capacity)
 		ix.lrus[endpoint] = l
 		ix.caps[endpoint] = capacity
 	}
 	for _, h := range hashes {
 		ix.addHolderLocked(h, id)
-		// Add may evict the oldest hash, possibly one inserted earlier in this loop; the callback
-		// removes it from the reverse map, so both stay equal.
-		l.Add(h, struct{}{})
+		// add may evict the oldest hash, possibly one inserted earlier in this loop; it is removed
+		// from the reverse map too, so both stay equal.
+		if old, evicted := l.add(h); evicted {
+			ix.dropHolderLocked(old, id)
+		}
 	}
 }
 
-// dropHolderLocked removes endpoint id from the holders of h. Called with ix.mu held (from the LRU
-// eviction callback, which runs synchronously inside Add, Remove and Purge).
+// dropHolderLocked removes endpoint id from the holders of h. Called with ix.mu held, for every
+// hash an LRU evicts (Add) or drops (RemoveEndpoint).
 func (ix *Index) dropHolderLocked(h uint64, id int32) {
 	v, ok := ix.holders[h]
 	if !ok {
@@ -251,7 +251,10 @@ func (ix *Index) RemoveEndpoint(endpoint string) {
 	if !ok {
 		return
 	}
-	l.Purge() // runs the eviction callback for every hash
+	id := ix.ids[endpoint] // every endpoint with an LRU has an id
+	for h := range l.pos {
+		ix.dropHolderLocked(h, id)
+	}
 	delete(ix.lrus, endpoint)
 	delete(ix.caps, endpoint)
 	if id, ok := ix.ids[endpoint]; ok {
