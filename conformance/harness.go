@@ -216,7 +216,7 @@ func StartHarness(ctx context.Context, cfg HarnessConfig) (s *Suite, err error) 
 	if _, ok := cfg.Target.(*AddressTarget); ok {
 		// An already running EPP accepts connections at once; a spawned one may need the full
 		// targetReady to bind, so only the address target fails fast on refusals.
-		probe.RefusedGrace = DefaultRefusedGrace
+		probe.RefusedGrace = cfg.Timeouts.TargetRefused.D()
 	}
 	if err := WaitReady(ctx, cfg.Target, addrs, probe, cfg.ModelName, s.Endpoints(),
 		cfg.Timeouts.TargetReady.D(), cfg.Timeouts.Poll.D()*4); err != nil {

@@ -117,8 +117,9 @@ type ReadyProbe struct {
 	RefusedGrace time.Duration
 }
 
-// DefaultRefusedGrace is the RefusedGrace the harness gives an address target (--target address):
-// an EPP that is running refuses no connection, so five seconds of refusals mean none is there.
+// DefaultRefusedGrace is the default of TimeoutConfig.TargetRefused, the RefusedGrace the harness
+// gives an address target (--target address): an EPP that is running refuses no connection, so
+// five seconds of refusals mean none is there.
 const DefaultRefusedGrace = 5 * time.Second
 
 // NotListeningError is WaitReady's error when every connection to Addr was refused for the whole

@@ -14,6 +14,10 @@ import (
 type TimeoutConfig struct {
 	// TargetReady bounds the wait for the target's gRPC health SERVING and a first successful pick.
 	TargetReady Duration `json:"targetReady"`
+	// TargetRefused is how long every connection to an address target (--target address) may be
+	// refused before the harness gives up early: nothing listens there (ReadyProbe.RefusedGrace).
+	// Command targets always get the whole TargetReady.
+	TargetRefused Duration `json:"targetRefused"`
 	// HarnessStart bounds starting the fleet, the endpoint source and the gateway.
 	HarnessStart Duration `json:"harnessStart"`
 	// Request bounds one request through the gateway or one ext_proc exchange.
@@ -41,6 +45,7 @@ type TimeoutConfig struct {
 func DefaultTimeoutConfig() TimeoutConfig {
 	return TimeoutConfig{
 		TargetReady:                  Duration(60 * time.Second),
+		TargetRefused:                Duration(DefaultRefusedGrace),
 		HarnessStart:                 Duration(60 * time.Second),
 		Request:                      Duration(10 * time.Second),
 		MetricsPropagation:           Duration(5 * time.Second),
@@ -58,7 +63,7 @@ func (c TimeoutConfig) Validate() error {
 	for _, f := range []struct {
 		name string
 		d    Duration
-	}{{"targetReady", c.TargetReady}, {"harnessStart", c.HarnessStart}, {"request", c.Request},
+	}{{"targetReady", c.TargetReady}, {"targetRefused", c.TargetRefused}, {"harnessStart", c.HarnessStart}, {"request", c.Request},
 		{"metricsPropagation", c.MetricsPropagation}, {"endpointChange", c.EndpointChange},
 		{"poll", c.Poll}, {"testTimeout", c.TestTimeout}, {"targetStop", c.TargetStop},
 		{"predictorWarmup", c.PredictorWarmup}} {

@@ -81,8 +81,8 @@ every registered test of the selected profiles, printing each result as it finis
 Targets: reference (this binary's reference-epp), command (--command template, run as a process,
 killed at the end; fields {{.Eppkit}} {{.Endpoints}} {{.GRPCPort}} {{.HealthPort}} {{.MetricsPort}}
 {{.Kubeconfig}} {{.PoolName}} {{.PoolNamespace}} {{.ConfigFile}} {{.Seed}}; without {{.HealthPort}} gRPC health
-is probed on {{.GRPCPort}}), address (an already running EPP at --address; exit 2 after 5 s if nothing
-listens there).
+is probed on {{.GRPCPort}}), address (an already running EPP at --address; exit 2 once every connection
+has been refused for targetRefused, 5 s by default: nothing listens there).
 
 Exit codes: 0 all tests that ran passed, 1 a test failed, 2 the harness or target could not start,
 3 bad flags. With --expect-failures, 0 means the failed tests are exactly the listed ones and 1 that
