@@ -24,6 +24,13 @@ const AverageCharactersPerToken = 4
 // It returns nil when the block size is ≤ 0, when input is shorter than one block, or when
 // maxBlocks ≤ 0. The trailing partial block is not hashed (GIE v1.5.0 hashing.go hashPrompt).
 func BlockHashes(model, salt string, input []byte, blockSizeTokens, maxBlocks int) []uint64 {
+	return blockHashes(model, salt, input, blockSizeTokens, maxBlocks, (*xxhash.Digest).Write)
+}
+
+// blockHashes is BlockHashes over a string or a byte slice (HashRequest hashes a completions
+// prompt in place, without copying it into a []byte); write feeds one block to the digest.
+func blockHashes[T string | []byte](model, salt string, input T, blockSizeTokens, maxBlocks int,
+	write func(*xxhash.Digest, T) (int, error)) []uint64 {
 	blockChars := blockSizeTokens * AverageCharactersPerToken
 	if blockChars <= 0 || len(input) < blockChars {
 		return nil
@@ -49,7 +56,7 @@ func BlockHashes(model, salt string, input []byte, blockSizeTokens, maxBlocks in
 	var chain [8]byte
 	for i := 0; i+blockChars <= len(input); i += blockChars {
 		d.Reset()
-		_, _ = d.Write(input[i : i+blockChars])
+		_, _ = write(d, input[i:i+blockChars])
 		binary.LittleEndian.PutUint64(chain[:], prev)
 		_, _ = d.Write(chain[:])
 		prev = d.Sum64()
@@ -83,6 +90,11 @@ func InputText(body *framework.LLMRequestBody) ([]byte, error) {
 func HashRequest(req *framework.LLMRequest, blockSizeTokens, maxBlocks int) ([]uint64, error) {
 	if req == nil {
 		return nil, ErrNoInput
+	}
+	if b := req.Body; b != nil && b.ChatCompletions == nil && b.Completions != nil {
+		// InputText's bytes, hashed from the prompt string without copying it.
+		return blockHashes(req.TargetModel, req.CacheSalt(), b.Completions.Prompt, blockSizeTokens, maxBlocks,
+			(*xxhash.Digest).WriteString), nil
 	}
 	input, err := InputText(req.Body)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/bits"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -243,5 +244,36 @@ func TestInputText(t *testing.T) {
 	}
 	if _, err := InputText(nil); !errors.Is(err, ErrNoInput) {
 		t.Fatalf("nil body: err = %v, want ErrNoInput", err)
+	}
+}
+
+// TestHashRequestCompletionsInPlace checks that HashRequest's string path for a completions
+// prompt gives exactly BlockHashes over InputText's bytes, on seeded random prompts whose
+// lengths straddle block boundaries, with and without a salt and a block cap.
+func TestHashRequestCompletionsInPlace(t *testing.T) {
+	const seed = 77
+	r := rand.New(rand.NewPCG(seed, 0))
+	for trial := range 500 {
+		buf := make([]byte, r.IntN(300))
+		for i := range buf {
+			buf[i] = byte(32 + r.IntN(95))
+		}
+		req := &framework.LLMRequest{TargetModel: "m", Body: &framework.LLMRequestBody{
+			Completions: &framework.CompletionsRequest{Prompt: string(buf)}}}
+		if r.IntN(2) == 0 {
+			req.Body.Completions.CacheSalt = "salt"
+		}
+		bs, maxBlocks := 1+r.IntN(6), r.IntN(12)-1
+		got, err := HashRequest(req, bs, maxBlocks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in, err := InputText(req.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := BlockHashes("m", req.CacheSalt(), in, bs, maxBlocks); !slices.Equal(got, want) {
+			t.Fatalf("seed %d trial %d (len %d, block %d, max %d): HashRequest %v, BlockHashes %v", seed, trial, len(buf), bs, maxBlocks, got, want)
+		}
 	}
 }
