@@ -109,9 +109,11 @@ func runProfile(ctx context.Context, cycle *CycleState, req *LLMRequest, prof *S
 			return nil, true
 		}
 	}
-	totals := make([]float64, len(candidates))
-	var scratch []float64 // IndexedScorer output, shared by the profile's scorers
-	distinct := -1        // whether the candidates' keys are distinct: -1 unknown, 0 no, 1 yes
+	// totals and, behind it in the same allocation, the IndexedScorer output shared by the
+	// profile's scorers.
+	totals := make([]float64, len(candidates), 2*len(candidates))
+	var scratch []float64
+	distinct := -1 // whether the candidates' keys are distinct: -1 unknown, 0 no, 1 yes
 	for _, ws := range prof.Scorers {
 		if is, ok := ws.Scorer.(IndexedScorer); ok {
 			if distinct < 0 {
@@ -122,7 +124,7 @@ func runProfile(ctx context.Context, cycle *CycleState, req *LLMRequest, prof *S
 			}
 			if distinct == 1 {
 				if scratch == nil {
-					scratch = make([]float64, len(candidates))
+					scratch = totals[len(totals):cap(totals)] // zeroed by make
 				} else {
 					clear(scratch)
 				}
