@@ -84,20 +84,20 @@ func ParseBody(api string, body []byte) (*ParsedBody, error) {
 	if !ok || isNull(rawModel) {
 		return nil, bad(`field "model" is required`)
 	}
-	if err := json.Unmarshal(rawModel, &p.Model); err != nil {
+	if err := decodeString(rawModel, &p.Model); err != nil {
 		return nil, bad(`field "model" must be a string`)
 	}
 	if p.Model == "" {
 		return nil, bad(`field "model" must not be empty`)
 	}
 	if raw, ok := fields["stream"]; ok && !isNull(raw) {
-		if err := json.Unmarshal(raw, &p.Stream); err != nil {
+		if err := decodeBool(raw, &p.Stream); err != nil {
 			return nil, bad(`field "stream" must be a boolean`)
 		}
 	}
 	var salt string
 	if raw, ok := fields["cache_salt"]; ok && !isNull(raw) {
-		if err := json.Unmarshal(raw, &salt); err != nil {
+		if err := decodeString(raw, &salt); err != nil {
 			return nil, bad(`field "cache_salt" must be a string`)
 		}
 	}
@@ -187,6 +187,29 @@ func promptText(raw json.RawMessage) (string, error) {
 		return "", errors.New("must not be an empty array")
 	}
 	return strings.Join(list, " "), nil
+}
+
+// decodeString is json.Unmarshal(raw, s) with plainString's fast path for a literal without
+// escapes or non-ASCII bytes (FuzzTopLevelFields checks that both agree on such literals).
+func decodeString(raw []byte, s *string) error {
+	if v, ok := plainString(raw); ok {
+		*s = v
+		return nil
+	}
+	return json.Unmarshal(raw, s)
+}
+
+// decodeBool is json.Unmarshal(raw, b) with a fast path for the exact literals true and false.
+func decodeBool(raw []byte, b *bool) error {
+	switch string(raw) {
+	case "true":
+		*b = true
+		return nil
+	case "false":
+		*b = false
+		return nil
+	}
+	return json.Unmarshal(raw, b)
 }
 
 func isNull(raw json.RawMessage) bool {

@@ -81,3 +81,23 @@ func BenchmarkParseBody(b *testing.B) {
 		})
 	}
 }
+
+// FuzzDecodeScalars: decodeString and decodeBool give exactly json.Unmarshal's value and
+// success on any raw value (the fast paths must never accept what encoding/json refuses).
+func FuzzDecodeScalars(f *testing.F) {
+	for _, s := range []string{`"m"`, `"a\"b"`, `"ü"`, `true`, `false`, `null`, ` true`, `1`, `"`, `""`, "\"\x01\""} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		var gs, ws string
+		gErr, wErr := decodeString(raw, &gs), json.Unmarshal(raw, &ws)
+		if (gErr == nil) != (wErr == nil) || gs != ws {
+			t.Fatalf("decodeString(%q) = %q, %v; encoding/json %q, %v", raw, gs, gErr, ws, wErr)
+		}
+		var gb, wb bool
+		gErr, wErr = decodeBool(raw, &gb), json.Unmarshal(raw, &wb)
+		if (gErr == nil) != (wErr == nil) || gb != wb {
+			t.Fatalf("decodeBool(%q) = %v, %v; encoding/json %v, %v", raw, gb, gErr, wb, wErr)
+		}
+	})
+}
