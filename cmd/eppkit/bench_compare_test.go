@@ -9,34 +9,11 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/eppkit/eppkit/internal/cancelonwrite"
 )
-
-// cancelOnWriter cancels a context the first time what was written contains marker.
-type cancelOnWriter struct {
-	mu     sync.Mutex
-	buf    bytes.Buffer
-	marker string
-	cancel context.CancelFunc
-}
-
-func (w *cancelOnWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.buf.Write(p)
-	if strings.Contains(w.buf.String(), w.marker) {
-		w.cancel()
-	}
-	return len(p), nil
-}
-
-func (w *cancelOnWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.String()
-}
 
 // TestBenchCompareInterruptedWritesFinished: `eppkit bench compare` interrupted (its context
 // cancelled, as Ctrl-C does) when its second policy starts still prints the table and writes
@@ -49,7 +26,7 @@ func TestBenchCompareInterruptedWritesFinished(t *testing.T) {
 	out := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	stderr := &cancelOnWriter{marker: "== command:", cancel: cancel}
+	stderr := &cancelonwrite.Writer{Marker: "== command:", Cancel: cancel}
 	var stdout bytes.Buffer
 	root := newRootCommand()
 	root.SetOut(&stdout)

@@ -6,9 +6,10 @@ import (
 	"errors"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/eppkit/eppkit/internal/cancelonwrite"
 )
 
 // The comparison step is the baseline's highest sustained valid step; each row carries the
@@ -40,25 +41,6 @@ func TestComparisonRowsCarryMedians(t *testing.T) {
 	}
 }
 
-// cancelOn is a log writer that cancels a context the first time a line containing marker is
-// written (the comparison's "== <policy>:" line: Ctrl-C just as that policy starts).
-type cancelOn struct {
-	mu     sync.Mutex
-	buf    strings.Builder
-	marker string
-	cancel context.CancelFunc
-}
-
-func (w *cancelOn) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.buf.Write(p)
-	if strings.Contains(w.buf.String(), w.marker) {
-		w.cancel()
-	}
-	return len(p), nil
-}
-
 // TestCompareInterrupted: a comparison interrupted while its second policy starts keeps the
 // finished baseline's result and row, and says which policies did not run.
 func TestCompareInterrupted(t *testing.T) {
@@ -68,12 +50,12 @@ func TestCompareInterrupted(t *testing.T) {
 	spec := Spec{Name: WorkloadSharedPrefix, Seed: 21, Groups: 2, PromptsPerGroup: 2, SystemPromptLen: 64, QuestionLen: 8, OutputLen: 4}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	log := &cancelOn{marker: "== second:", cancel: cancel}
+	log := &cancelonwrite.Writer{Marker: "== second:", Cancel: cancel}
 	c, err := Compare(ctx, RunConfig{Spec: spec, Steps: []Step{{Rate: 4, Duration: 3 * time.Second}},
 		Env: EnvConfig{Seed: 21, FleetSize: 2, KVCacheSize: 1024, MaxModelLen: 1024}},
 		[]CompareTarget{{Name: TargetRoundRobin}, {Name: "second"}, {Name: "third"}}, log)
 	if !errors.Is(err, context.Canceled) || c == nil {
-		t.Fatalf("seed 21: Compare = %v, %v; want the partial comparison and context.Canceled\nlog:\n%s", c, err, log.buf.String())
+		t.Fatalf("seed 21: Compare = %v, %v; want the partial comparison and context.Canceled\nlog:\n%s", c, err, log.String())
 	}
 	if !c.Interrupted || c.InterruptedDuring != "second" || !slices.Equal(c.NotRun, []string{"second", "third"}) {
 		t.Fatalf("seed 21: interrupted %v during %q, not run %v; want during second, not run [second third]",
