@@ -48,20 +48,22 @@ type extprocBenchOptions struct {
 
 // extprocBenchReport is the result; JSON field names are stable.
 type extprocBenchReport struct {
-	EPP             string           `json:"epp"`
-	Mode            string           `json:"mode"` // open-poisson, open-fixed, closed
-	TargetRate      float64          `json:"target_rate,omitempty"`
-	Concurrency     int              `json:"concurrency,omitempty"`
-	Streams         int              `json:"streams"`
-	PromptBytes     int              `json:"prompt_bytes"`
-	Seed            uint64           `json:"seed"`
-	DurationSeconds float64          `json:"duration_seconds"`
-	Decisions       int              `json:"decisions"`
-	DecisionsPerSec float64          `json:"decisions_per_second"`
-	Errors          int              `json:"errors"`
-	ErrorKinds      map[string]int   `json:"error_kinds,omitempty"`
-	Dropped         int              `json:"dropped,omitempty"`
-	LatencyMs       latencySummaryMs `json:"latency_ms"`
+	EPP             string         `json:"epp"`
+	Mode            string         `json:"mode"` // open-poisson, open-fixed, closed
+	TargetRate      float64        `json:"target_rate,omitempty"`
+	Concurrency     int            `json:"concurrency,omitempty"`
+	Streams         int            `json:"streams"`
+	PromptBytes     int            `json:"prompt_bytes"`
+	Seed            uint64         `json:"seed"`
+	DurationSeconds float64        `json:"duration_seconds"`
+	Decisions       int            `json:"decisions"`
+	DecisionsPerSec float64        `json:"decisions_per_second"`
+	Errors          int            `json:"errors"`
+	ErrorKinds      map[string]int `json:"error_kinds,omitempty"`
+	// FirstError is the message of the first failed decision in the measured window.
+	FirstError string           `json:"first_error,omitempty"`
+	Dropped    int              `json:"dropped,omitempty"`
+	LatencyMs  latencySummaryMs `json:"latency_ms"`
 	// ServiceMs counts from when the decision actually started (open loop: the scheduled arrival
 	// may be earlier when the driver itself was late); equal to LatencyMs in closed loop.
 	ServiceMs latencySummaryMs `json:"service_ms"`
@@ -147,10 +149,13 @@ driver and the machine's scheduler set, and the table then shows every other tar
 			if asJSON {
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				enc.SetIndent("", "  ")
-				return enc.Encode(rep)
+				if err := enc.Encode(rep); err != nil {
+					return err
+				}
+				return errNoDecision(rep)
 			}
 			printExtprocReport(cmd.OutOrStdout(), rep)
-			return nil
+			return errNoDecision(rep)
 		},
 	}
 	fl := cmd.Flags()
@@ -236,12 +241,13 @@ type benchRun struct {
 	eppCPU0, selfCPU0 float64
 	eppCPUErr         error
 
-	mu      sync.Mutex
-	samples []time.Duration
-	service []time.Duration
-	errs    map[string]int
-	picks   map[string]int
-	dropped int
+	mu       sync.Mutex
+	samples  []time.Duration
+	service  []time.Duration
+	errs     map[string]int
+	firstErr string
+	picks    map[string]int
+	dropped  int
 }
 
 func runExtprocBench(ctx context.Context, o extprocBenchOptions) (*extprocBenchReport, error) {
@@ -516,8 +522,14 @@ func (r *benchRun) decide(scheduled time.Time) {
 	switch {
 	case err != nil:
 		r.errs[errorKind(err)]++
+		if r.firstErr == "" {
+			r.firstErr = err.Error()
+		}
 	case d.Immediate != nil:
 		r.errs["immediate-"+strconv.Itoa(d.Immediate.Status)]++
+		if r.firstErr == "" {
+			r.firstErr = fmt.Sprintf("ImmediateResponse %d: %.200s", d.Immediate.Status, d.Immediate.Body)
+		}
 	case d.Pick() == "":
 		r.errs["no-pick"]++
 	default:
@@ -547,7 +559,7 @@ func (r *benchRun) report(elapsed time.Duration) *extprocBenchReport {
 		mode = "open-" + r.o.Arrival
 	}
 	rep := &extprocBenchReport{EPP: r.o.EPP, Mode: mode, Streams: r.o.Streams, PromptBytes: r.o.PromptBytes, Seed: r.o.Seed,
-		DurationSeconds: elapsed.Seconds(), Decisions: len(r.samples), ErrorKinds: r.errs, Dropped: r.dropped, Picks: r.picks}
+		DurationSeconds: elapsed.Seconds(), Decisions: len(r.samples), ErrorKinds: r.errs, FirstError: r.firstErr, Dropped: r.dropped, Picks: r.picks}
 	if r.o.Rate > 0 {
 		rep.TargetRate = r.o.Rate
 	} else {
@@ -594,6 +606,9 @@ func printExtprocReport(w io.Writer, rep *extprocBenchReport) {
 		fmt.Fprintf(w, "  dropped %d", rep.Dropped)
 	}
 	fmt.Fprintln(w)
+	if rep.FirstError != "" {
+		fmt.Fprintf(w, "  first error: %s\n", rep.FirstError)
+	}
 	for _, k := range slices.Sorted(maps.Keys(rep.ErrorKinds)) {
 		fmt.Fprintf(w, "  error %s: %d\n", k, rep.ErrorKinds[k])
 	}
@@ -610,4 +625,14 @@ func printExtprocReport(w io.Writer, rep *extprocBenchReport) {
 	} else {
 		fmt.Fprintf(w, "driver CPU %.3f ms/decision  load avg %.1f\n", rep.ClientCPUPerDecisionMs, rep.LoadAverage)
 	}
+}
+
+// errNoDecision is the error of a run in which decisions failed and none succeeded (an address
+// with nothing listening, an EPP refusing everything), so such a run does not exit 0; nil
+// otherwise.
+func errNoDecision(rep *extprocBenchReport) error {
+	if rep.Decisions > 0 || rep.Errors == 0 {
+		return nil
+	}
+	return fmt.Errorf("no decision succeeded at %s: %d errors, the first: %s", rep.EPP, rep.Errors, rep.FirstError)
 }

@@ -611,6 +611,9 @@ func runMatrixRow(ctx context.Context, w io.Writer, m matrixOptions, self string
 		o.EPP, o.PromptBytes, o.PID = p.grpcAddr, size, p.cmd.Process.Pid
 		r, err := runExtprocBench(ctx, o)
 		c := matrixCell{Target: target, Endpoints: n, PromptBytes: size, Report: r}
+		if err == nil && r != nil {
+			err = errNoDecision(r)
+		}
 		if err != nil {
 			c.Error = err.Error()
 		}

@@ -85,6 +85,14 @@ func TestExtprocBench(t *testing.T) {
 					t.Errorf("error kinds %v, want %s > 0", rep.ErrorKinds, k)
 				}
 			}
+			// A run in which every decision failed is an error of the command (exit ≠ 0) that
+			// quotes the first failure; a run with successes is not.
+			if err := errNoDecision(rep); (rep.Decisions == 0) != (err != nil) {
+				t.Errorf("errNoDecision = %v with %d decisions, %d errors", err, rep.Decisions, rep.Errors)
+			}
+			if tc.wantErrors != nil && !strings.Contains(rep.FirstError, "ImmediateResponse 503") {
+				t.Errorf("first error %q, want the ImmediateResponse 503", rep.FirstError)
+			}
 			if rep.Decisions > 0 && (rep.LatencyMs.P50 <= 0 || rep.LatencyMs.P99 < rep.LatencyMs.P50 || rep.Picks["10.0.0.1:8000"] != rep.Decisions) {
 				t.Errorf("latency %+v picks %v", rep.LatencyMs, rep.Picks)
 			}
