@@ -303,7 +303,7 @@ func runConformance(cmd *cobra.Command, f conformanceFlags) error {
 		fmt.Fprintln(cmd.ErrOrStderr(), "warning: the --command template has no {{.HealthPort}}: eppkit will probe gRPC health on the "+
 			"EPP's ext_proc port ({{.GRPCPort}}); if your EPP serves health on a port of its own, add e.g. --grpc-health-port {{.HealthPort}}")
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
 	start := time.Now()
@@ -330,6 +330,12 @@ func runConformance(cmd *cobra.Command, f conformanceFlags) error {
 			LogDir:             f.logDir, Timeouts: p.timeouts, Seed: p.seed, FleetSize: f.fleetSize, FleetPort: f.fleetPort, Logger: logger,
 			StartFleet: p.startFleet,
 		})
+		if err != nil && ctx.Err() != nil {
+			// Ctrl-C or SIGTERM while starting: the readiness wait saw a cancelled context, not a
+			// broken target, so say that rather than quote the target's log.
+			return &exitError{code: exitHarness, err: fmt.Errorf("interrupted (Ctrl-C or SIGTERM) while the harness was starting, after %s: no test ran, no report written",
+				time.Since(start).Round(time.Millisecond))}
+		}
 		if err != nil {
 			var nl *conformance.NotListeningError
 			if errors.As(err, &nl) {

@@ -2,11 +2,13 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/eppkit/eppkit/conformance"
 )
@@ -129,5 +131,32 @@ func TestCatalogueUpToDate(t *testing.T) {
 	}
 	if string(b) != conformance.Catalogue(conformance.All()) {
 		t.Fatal("reports/CATALOGUE.md is out of date with the conformance registry: run `make catalogue` and commit it")
+	}
+}
+
+// TestConformanceInterruptedWhileStarting: Ctrl-C (here: the command's context cancelled) while the
+// harness waits for a target that is not ready yet is reported as an interruption, exit 2, not as
+// the target failing to become ready.
+func TestConformanceInterruptedWhileStarting(t *testing.T) {
+	if len(conformance.All()) == 0 {
+		t.Skip("no conformance tests registered")
+	}
+	dir := t.TempDir()
+	t.Setenv("EPPKIT_SEED", "7")
+	root := newRootCommand()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs([]string{"conformance", "--target", "command", "--command", "exec sleep 60",
+		"--profiles", "EPP", "--log-dir", dir, "--fleet-size", "2"})
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(2*time.Second, cancel)
+	err := root.ExecuteContext(ctx)
+	var coded interface{ ExitCode() int }
+	if !errors.As(err, &coded) || coded.ExitCode() != exitHarness {
+		t.Fatalf("error %v, want exit %d:\n%s", err, exitHarness, out.String())
+	}
+	if msg := err.Error(); !strings.Contains(msg, "interrupted (Ctrl-C or SIGTERM) while the harness was starting") || strings.Contains(msg, "not ready") {
+		t.Errorf("error %q, want the interruption named and no readiness failure", msg)
 	}
 }
