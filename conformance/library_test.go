@@ -260,9 +260,12 @@ func TestTimeoutConfig(t *testing.T) {
 	if diff := cmp.Diff(want, c); diff != "" {
 		t.Fatalf("(-want +got)\n%s", diff)
 	}
-	for _, bad := range []string{"targetReedy: 1s", "poll: 0s", "poll: fast", "requiredConsecutiveSuccesses: 0"} {
-		if _, err := ParseTimeoutConfig([]byte(bad)); err == nil {
-			t.Errorf("ParseTimeoutConfig(%q) accepted", bad)
+	// Every bad value is refused with a message naming its key.
+	for bad, key := range map[string]string{"targetReedy: 1s": "targetReedy", "poll: 0s": "poll", "poll: fast": "poll",
+		"requiredConsecutiveSuccesses: 0": "requiredConsecutiveSuccesses", "targetReady: 5s\ntargetRefused: abc": "targetRefused",
+		"request: 5": "request", "request: 5s\ntestTimeout: [1]": "testTimeout"} {
+		if _, err := ParseTimeoutConfig([]byte(bad)); err == nil || !strings.Contains(err.Error(), key) {
+			t.Errorf("ParseTimeoutConfig(%q) error = %v, want one naming %s", bad, err, key)
 		}
 	}
 }

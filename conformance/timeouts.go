@@ -1,8 +1,11 @@
 package conformance
 
 import (
+	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"time"
 
 	"sigs.k8s.io/yaml"
@@ -95,9 +98,29 @@ func LoadTimeoutConfig(path string) (TimeoutConfig, error) {
 func ParseTimeoutConfig(b []byte) (TimeoutConfig, error) {
 	c := DefaultTimeoutConfig()
 	if err := yaml.UnmarshalStrict(b, &c); err != nil {
-		return c, fmt.Errorf("timeout config: %w", err)
+		return c, fmt.Errorf("timeout config: %w", keyOfError(b, err))
 	}
 	return c, c.Validate()
+}
+
+// keyOfError names the key whose value made err: the decoder's own type errors (a duration that
+// does not parse) do not say which key they came from. It parses each top-level key alone and
+// returns the first one that fails, prefixed with its name; err itself when none does alone
+// (an unknown or duplicate key, a document that is not a mapping: those messages are clear).
+func keyOfError(b []byte, err error) error {
+	j, jerr := yaml.YAMLToJSON(b)
+	var m map[string]json.RawMessage
+	if jerr != nil || json.Unmarshal(j, &m) != nil {
+		return err
+	}
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		one, _ := json.Marshal(map[string]json.RawMessage{k: m[k]})
+		var probe TimeoutConfig
+		if e := yaml.UnmarshalStrict(one, &probe); e != nil {
+			return fmt.Errorf("%s: %w", k, e)
+		}
+	}
+	return err
 }
 
 // Duration is a time.Duration that reads and writes as a Go duration string in YAML/JSON.
@@ -114,11 +137,11 @@ func (d Duration) MarshalJSON() ([]byte, error) {
 // UnmarshalJSON reads a Go duration string ("250ms", "5s").
 func (d *Duration) UnmarshalJSON(b []byte) error {
 	if len(b) < 2 || b[0] != '"' || b[len(b)-1] != '"' {
-		return fmt.Errorf("invalid duration %s: want a quoted Go duration such as \"5s\"", b)
+		return fmt.Errorf("invalid duration %s: want a Go duration with its unit, such as 5s or 250ms", b)
 	}
 	v, err := time.ParseDuration(string(b[1 : len(b)-1]))
 	if err != nil {
-		return err
+		return fmt.Errorf("invalid duration %s: want a Go duration such as 5s or 250ms", b)
 	}
 	*d = Duration(v)
 	return nil
