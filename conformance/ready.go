@@ -13,9 +13,11 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/eppkit/eppkit/fakes/gateway/extprocclient"
 )
@@ -39,9 +41,13 @@ func CheckHealth(ctx context.Context, addr string, tlsCfg *tls.Config) error {
 	defer conn.Close()
 	hc := healthpb.NewHealthClient(conn)
 	var seen []string
+	unimplemented := 0
 	for _, name := range HealthServiceNames {
 		resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: name})
 		if err != nil {
+			if status.Code(err) == codes.Unimplemented {
+				unimplemented++
+			}
 			seen = append(seen, fmt.Sprintf("%q: %v", name, err))
 			continue
 		}
@@ -50,8 +56,29 @@ func CheckHealth(ctx context.Context, addr string, tlsCfg *tls.Config) error {
 		}
 		seen = append(seen, fmt.Sprintf("%q: %s", name, resp.GetStatus()))
 	}
-	return fmt.Errorf("health %s: not SERVING (%s)", addr, strings.Join(seen, "; "))
+	err = fmt.Errorf("health %s: not SERVING (%s)", addr, strings.Join(seen, "; "))
+	if unimplemented == len(HealthServiceNames) {
+		return &HealthUnimplementedError{Addr: addr, Err: err}
+	}
+	return err
 }
+
+// HealthUnimplementedError is CheckHealth's error when the server at Addr answered every Check with
+// Unimplemented: it speaks gRPC but serves no grpc.health.v1.Health there (a gRPC server
+// registers its services before it serves, so waiting does not change that).
+type HealthUnimplementedError struct {
+	Addr string
+	Err  error
+}
+
+func (e *HealthUnimplementedError) Error() string { return e.Err.Error() }
+
+func (e *HealthUnimplementedError) Unwrap() error { return e.Err }
+
+// unimplementedGrace is how long WaitReady lets every health Check be answered Unimplemented before
+// it gives up: long enough for a server that swaps listeners at start-up, far shorter than
+// targetReady.
+const unimplementedGrace = 5 * time.Second
 
 // ProbePick sends one chat completion for model through a fresh ext_proc stream and returns the
 // pick, or an error when the EPP refused (ImmediateResponse), picked nothing, or picked an address
@@ -200,6 +227,7 @@ func WaitReady(ctx context.Context, t Target, addrs TargetAddrs, tlsCfg ReadyPro
 	defer cancel()
 	var last error
 	stage := "gRPC health SERVING"
+	var unimplSince time.Time // when an unbroken run of all-Unimplemented health answers began
 	var refused *refusalWatch
 	if tlsCfg.RefusedGrace > 0 {
 		refused = newRefusalWatch(addrs, tlsCfg.RefusedGrace)
@@ -220,6 +248,17 @@ func WaitReady(ctx context.Context, t Target, addrs TargetAddrs, tlsCfg ReadyPro
 		if err := CheckHealth(attempt, addrs.Health, tlsCfg.Health); err != nil {
 			last = err
 			stage = "gRPC health SERVING"
+			var unimpl *HealthUnimplementedError
+			switch {
+			case !errors.As(err, &unimpl):
+				unimplSince = time.Time{}
+			case unimplSince.IsZero():
+				unimplSince = time.Now()
+			case time.Since(unimplSince) >= unimplementedGrace:
+				acancel()
+				return fmt.Errorf("target %s serves no gRPC health service at %s: every Check answered Unimplemented for %s: %w",
+					t.Name(), addrs.Health, time.Since(unimplSince).Round(100*time.Millisecond), err)
+			}
 		} else {
 			stage = "a first successful pick"
 			if _, err := ProbePick(attempt, addrs.GRPC, tlsCfg.ExtProc, model, pool, 2*time.Second, tlsCfg.HeadersOnly); err != nil {

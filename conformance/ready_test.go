@@ -123,3 +123,29 @@ func TestWaitReadyNothingListening(t *testing.T) {
 		t.Fatalf("no grace: err = %v after %s, want the full 2s timeout", err, took)
 	}
 }
+
+// TestWaitReadyHealthUnimplemented: a target whose health address is a gRPC server without
+// grpc.health.v1 (here an ext_proc-only server) answers every Check Unimplemented; WaitReady gives
+// up after unimplementedGrace with a *HealthUnimplementedError, not after the full timeout.
+func TestWaitReadyHealthUnimplemented(t *testing.T) {
+	srv, err := extproctest.Start(extproctest.Script{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	target, err := NewAddressTarget(srv.Addr(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const timeout = 30 * time.Second
+	start := time.Now()
+	err = WaitReady(t.Context(), target, TargetAddrs{GRPC: srv.Addr(), Health: srv.Addr()}, ReadyProbe{}, "m", []string{"127.0.10.1:8000"}, timeout, 50*time.Millisecond)
+	took := time.Since(start)
+	var unimpl *HealthUnimplementedError
+	if !errors.As(err, &unimpl) || unimpl.Addr != srv.Addr() || !strings.Contains(err.Error(), "serves no gRPC health service at "+srv.Addr()) {
+		t.Fatalf("err = %v, want a HealthUnimplementedError for %s", err, srv.Addr())
+	}
+	if took < unimplementedGrace || took > timeout/2 {
+		t.Errorf("gave up after %s, want between %s and well before the timeout %s", took, unimplementedGrace, timeout)
+	}
+}
