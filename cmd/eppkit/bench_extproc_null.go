@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -116,8 +117,8 @@ read as floor + what its decision adds.`,
 			var eps []string
 			for _, e := range strings.Split(endpoints, ",") {
 				if e = strings.TrimSpace(e); e != "" {
-					if _, _, err := net.SplitHostPort(e); err != nil {
-						return fmt.Errorf("--endpoints: %q is not ip:port: %w", e, err)
+					if ap, err := netip.ParseAddrPort(e); err != nil || ap.Port() == 0 {
+						return fmt.Errorf("--endpoints: %q is not ip:port with a port in 1-65535", e)
 					}
 					eps = append(eps, e)
 				}
