@@ -494,6 +494,23 @@ func TestRunnerTimeout(t *testing.T) {
 	}
 }
 
+// TestRunnerAbort: closing Abort (a second Ctrl-C) ends the hanging test at once as an interrupted
+// skip, far before its testTimeout.
+func TestRunnerAbort(t *testing.T) {
+	s := &Suite{Timeouts: DefaultTimeoutConfig()} // testTimeout 3 min
+	release := make(chan struct{})
+	defer close(release)
+	abort := make(chan struct{})
+	time.AfterFunc(100*time.Millisecond, func() { close(abort) })
+	r := &Runner{Suite: s, Selection: Selection{Profiles: []Profile{ProfileEPP}}, Abort: abort}
+	start := time.Now()
+	res := r.Run([]ConformanceTest{{ShortName: "Hangs", Profile: ProfileEPP, Level: LevelMUST,
+		Run: func(TestingT, *Suite) { <-release }}})
+	if res[0].Outcome != Skipped || !res[0].Interrupted || res[0].Message != AbandonedMessage || time.Since(start) > time.Minute {
+		t.Fatalf("result %+v after %s, want an interrupted skip right after the abort", res[0], time.Since(start))
+	}
+}
+
 func TestRegisterAll(t *testing.T) {
 	before := len(All())
 	name := "ZzRegistryProbe"

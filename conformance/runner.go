@@ -24,7 +24,14 @@ type Runner struct {
 	Progress io.Writer
 	// Context, when set and done (Ctrl-C), makes the remaining tests skipped as interrupted.
 	Context context.Context
+	// Abort, when closed (a second Ctrl-C), abandons the test in progress at once: it is reported
+	// skipped as interrupted (AbandonedMessage) and its goroutine is left running, as after
+	// testTimeout. Nil = never.
+	Abort <-chan struct{}
 }
+
+// AbandonedMessage is the skip reason of a test abandoned while it ran (Runner.Abort).
+const AbandonedMessage = "run interrupted (a second Ctrl-C) while this test ran; abandoned"
 
 // Run runs the tests of the selected profiles in order and returns their results (tests of
 // unselected profiles are left out).
@@ -91,15 +98,22 @@ func (r *Runner) runOne(ct ConformanceTest) TestResult {
 	if r.Suite != nil {
 		timeout = r.Suite.Timeouts.TestTimeout.D()
 	}
+	aborted := false
 	select {
 	case <-done:
 	case <-time.After(timeout):
 		t.fail(fmt.Sprintf("test did not finish within %s (testTimeout); abandoned", timeout))
+	case <-r.Abort:
+		aborted = true
 	}
 	res.Duration = time.Since(res.Start)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	res.Log = t.log.String()
+	if aborted {
+		res.Outcome, res.Message, res.Interrupted = Skipped, AbandonedMessage, true
+		return res
+	}
 	if t.failed {
 		res.Outcome, res.Message = Failed, t.firstFailure
 	} else if t.skipped {

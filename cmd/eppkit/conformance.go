@@ -305,6 +305,8 @@ func runConformance(cmd *cobra.Command, f conformanceFlags) error {
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	abort, stopAbort := secondInterrupt(cmd.ErrOrStderr())
+	defer stopAbort()
 
 	start := time.Now()
 	p.meta.Date = start
@@ -353,7 +355,7 @@ func runConformance(cmd *cobra.Command, f conformanceFlags) error {
 			suite.Endpoints(), suite.TargetAddress)
 	}
 
-	r := &conformance.Runner{Suite: suite, Selection: p.sel, Progress: out, Context: ctx}
+	r := &conformance.Runner{Suite: suite, Selection: p.sel, Progress: out, Context: ctx, Abort: abort}
 	results := r.Run(tests)
 
 	failed := 0
@@ -431,4 +433,30 @@ func writeTempConfig(b []byte) (string, error) {
 		return "", fmt.Errorf("write the reference's config: %w", err)
 	}
 	return f.Name(), f.Close()
+}
+
+// secondInterrupt returns a channel closed by the run's second Ctrl-C or SIGTERM (the first
+// cancels the run's context: no new test starts, the one in progress finishes), so the runner
+// abandons the test in progress and the reports are written at once; and a func that stops
+// listening.
+func secondInterrupt(stderr io.Writer) (<-chan struct{}, func()) {
+	abort := make(chan struct{})
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		for n := 0; ; {
+			select {
+			case <-sigs:
+				if n++; n == 2 {
+					fmt.Fprintln(stderr, "second interrupt: abandoning the test in progress; writing the reports")
+					close(abort)
+					return
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+	return abort, func() { signal.Stop(sigs); close(done) }
 }
