@@ -114,7 +114,7 @@ var catalogue = []Mutant{
 		Where: "reference/director StatusFor: ErrBadRequest maps to 500", Kind: BlackBox, Target: "OpenAIBadRequest400"},
 	{Name: ProfileHeaderMissing, Breaks: "the response headers name the primary profile in x-eppkit-profile (SPEC §3, eppkit)",
 		Where: "reference/extproc responseHeaders: x-eppkit-profile is not set", Kind: BlackBox, Target: "ReferenceProfileHeader"},
-	{Name: RanksBeyondFirstDropped, Breaks: "every rank port (targetPort) of a Ready pod is an endpoint (SPEC §6 DataParallelRanks; GIE v1.5.0 pkg/epp/datastore)",
+	{Name: RanksBeyondFirstDropped, Breaks: "every rank port (targetPort) of a Ready pod is an endpoint (GIE v1.5.0 api/v1 spec.targetPorts and pkg/epp/datastore; SPEC has no data-parallel rule)",
 		Where: "reference/discovery PoolEndpoints: only the first targetPort of each pod becomes an endpoint", Kind: BlackBox, Target: "DataParallelRanks", NeedsAPIServer: true},
 	{Name: PrepareBudgetIgnored, Breaks: "a PrepareData producer overrunning the phase budget does not hold the decision (SPEC §1.1, eppkit)",
 		Where: "reference/framework Runtime.PrepareData: the budget timer is never selected, the phase waits for every plugin", Kind: BlackBox, Target: "ReferencePrepareDataBudget"},
