@@ -65,18 +65,7 @@ func TestPinMetrics(t *testing.T) {
 	defer f.Close()
 	s := &Suite{Fleet: f, Timeouts: DefaultTimeoutConfig()}
 	addr := s.Endpoints()[1]
-	pinned := func() *vllm.FakeMetrics {
-		resp, err := http.Get("http://" + addr + "/admin/config")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var ac vllm.AdminConfig
-		if err := json.NewDecoder(resp.Body).Decode(&ac); err != nil {
-			t.Fatal(err)
-		}
-		return ac.FakeMetrics
-	}
+	pinned := func() *vllm.FakeMetrics { return pinnedMetrics(t, addr) }
 	rt := &runT{name: "PinMetricsProbe"}
 	s.PinMetrics(rt, addr, vllm.FakeMetrics{WaitingRequests: 25, KVCacheUsage: 0.97})
 	if got := pinned(); got == nil || got.WaitingRequests != 25 || got.KVCacheUsage != 0.97 {
@@ -155,6 +144,16 @@ func TestExternalFleetPinAndUnpin(t *testing.T) {
 	rt := &runT{name: "ExternalPin"}
 	s.PinMetrics(rt, addr, vllm.FakeMetrics{WaitingRequests: 25})
 	rt.runCleanups()
+	// The unpin posted the external fleet's baseline, not null: the fake now holds zeros pinned.
+	if fm := pinnedMetrics(t, addr); rt.Failed() || fm == nil || fm.WaitingRequests != 0 {
+		t.Fatalf("after cleanup: failed=%v (%s), fake-metrics %+v; want the baseline pinned", rt.Failed(), rt.log.String(), fm)
+	}
+}
+
+// pinnedMetrics reads the fake vLLM at addr's pinned metrics from its /admin/config (nil when
+// none are pinned).
+func pinnedMetrics(t *testing.T, addr string) *vllm.FakeMetrics {
+	t.Helper()
 	resp, err := http.Get("http://" + addr + "/admin/config")
 	if err != nil {
 		t.Fatal(err)
@@ -164,8 +163,5 @@ func TestExternalFleetPinAndUnpin(t *testing.T) {
 	if err := json.NewDecoder(resp.Body).Decode(&ac); err != nil {
 		t.Fatal(err)
 	}
-	// The unpin posted the external fleet's baseline, not null: the fake now holds zeros pinned.
-	if rt.Failed() || ac.FakeMetrics == nil || ac.FakeMetrics.WaitingRequests != 0 {
-		t.Fatalf("after cleanup: failed=%v (%s), fake-metrics %+v; want the baseline pinned", rt.Failed(), rt.log.String(), ac.FakeMetrics)
-	}
+	return ac.FakeMetrics
 }

@@ -304,13 +304,7 @@ func TestCollectorSetEndpointsStopsRemovedScrapers(t *testing.T) {
 	}
 
 	cancel()
-	done := make(chan struct{})
-	go func() { c.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("Wait did not return after the context ended")
-	}
+	waitStopped(t, c, "Wait did not return after the context ended")
 	if n := c.running(); n != 0 {
 		t.Errorf("running scrapers after shutdown = %d", n)
 	}
@@ -353,4 +347,16 @@ func TestCollectorEndpointsBeforeStart(t *testing.T) {
 		t.Fatalf("running = %d after Start, want 1", c.running())
 	}
 	waitFor(t, "scrape", nil, func() bool { m := c.Metrics(ep.Key()); return m != nil && m.WaitingQueueSize == 6 })
+}
+
+// waitStopped fails the test with msg unless c.Wait returns within 5 s.
+func waitStopped(t *testing.T, c *Collector, msg string) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { c.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal(msg)
+	}
 }

@@ -162,13 +162,7 @@ func TestDirectScrapeStopUnblocks(t *testing.T) {
 	c.SetEndpoints([]*framework.EndpointMetadata{ep})
 	waitFor(t, "the request to arrive", nil, started.Load)
 	cancel()
-	done := make(chan struct{})
-	go func() { c.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("Wait did not return within 5 s of the context ending (Timeout is 1 min)")
-	}
+	waitStopped(t, c, "Wait did not return within 5 s of the context ending (Timeout is 1 min)")
 }
 
 // TestDirectScrapeBodyTooLong: a body over MaxBodyBytes fails the scrape with the same error as
