@@ -55,58 +55,71 @@ func LoadExpectedFailures(path string, tests []ConformanceTest) (ExpectedFailure
 	return ef, nil
 }
 
-// ExpectationDiff is how a run's failures differ from the expected ones.
+// ExpectationDiff is how a run's failures differ from the expected ones. Only tests that ran
+// (passed or failed) are checked against the list: a listed test the selection left out
+// (--run-test, --skip-tests, another profile) is not mentioned, and one that was selected but did
+// not run (an unmet precondition, an exempt or unclaimed feature, an interruption) is
+// ListedButSkipped, which is reported on its own line and is not a change.
 type ExpectationDiff struct {
 	// UnexpectedFailures failed but are not listed.
 	UnexpectedFailures []string
-	// NoLongerFailing are listed but passed or were skipped in this run.
+	// NoLongerFailing are listed, ran and passed.
 	NoLongerFailing []string
+	// ListedButSkipped are listed and selected but did not run, with the reason: "Name (reason)".
+	ListedButSkipped []string
 }
 
-// Matched reports whether the run failed exactly the expected tests.
+// Matched reports whether every test that ran failed exactly as listed.
 func (d ExpectationDiff) Matched() bool {
 	return len(d.UnexpectedFailures) == 0 && len(d.NoLongerFailing) == 0
 }
 
-// String says what differs, or that the failures are the expected ones.
+// String says what differs, or that the failures are the expected ones, then the listed tests
+// that did not run.
 func (d ExpectationDiff) String() string {
-	if d.Matched() {
-		return "the failed tests are exactly the expected ones"
-	}
 	var parts []string
+	if d.Matched() {
+		parts = append(parts, "the failed tests are exactly the expected ones")
+	}
 	if len(d.UnexpectedFailures) > 0 {
 		parts = append(parts, "failed but not expected: "+strings.Join(d.UnexpectedFailures, ", "))
 	}
 	if len(d.NoLongerFailing) > 0 {
-		parts = append(parts, "expected to fail but did not fail: "+strings.Join(d.NoLongerFailing, ", "))
+		parts = append(parts, "expected to fail but passed: "+strings.Join(d.NoLongerFailing, ", "))
+	}
+	if len(d.ListedButSkipped) > 0 {
+		parts = append(parts, "listed but skipped (not checked): "+strings.Join(d.ListedButSkipped, ", "))
 	}
 	return strings.Join(parts, "; ")
 }
 
-// Compare sets the run's failed tests against the expected list. An expected test that passed
-// or was skipped counts as a change, so an explanation cannot outlive the failure it explains.
-// Expected tests outside the run's profiles are ignored.
+// Compare sets the failed tests of the run against the expected list (ExpectationDiff says which
+// tests are checked). An expected test that ran and passed counts as a change, so an explanation
+// cannot outlive the failure it explains.
 func (ef ExpectedFailures) Compare(sel Selection, results []TestResult) ExpectationDiff {
 	var d ExpectationDiff
-	failed := map[string]bool{}
-	inRun := map[string]bool{}
 	for _, r := range results {
-		if !profileSelected(sel, r.Test.Profile) {
+		if !sel.Selected(r.Test) {
 			continue
 		}
-		inRun[r.Test.ShortName] = true
-		if r.Outcome == Failed {
-			failed[r.Test.ShortName] = true
-			if !slices.Contains(ef.Tests, r.Test.ShortName) {
-				d.UnexpectedFailures = append(d.UnexpectedFailures, r.Test.ShortName)
-			}
-		}
-	}
-	for _, n := range ef.Tests {
-		if inRun[n] && !failed[n] {
-			d.NoLongerFailing = append(d.NoLongerFailing, n)
+		name, listed := r.Test.ShortName, slices.Contains(ef.Tests, r.Test.ShortName)
+		switch {
+		case r.Outcome == Failed && !listed:
+			d.UnexpectedFailures = append(d.UnexpectedFailures, name)
+		case r.Outcome == Passed && listed:
+			d.NoLongerFailing = append(d.NoLongerFailing, name)
+		case r.Outcome == Skipped && listed && !narrowedOut(sel, r):
+			d.ListedButSkipped = append(d.ListedButSkipped, fmt.Sprintf("%s (%s)", name, firstLine(r.Message)))
 		}
 	}
 	slices.Sort(d.UnexpectedFailures)
+	slices.Sort(d.NoLongerFailing)
 	return d
+}
+
+// narrowedOut reports whether a skipped test was left out by --run-test or --skip-tests (or a
+// go test -run filter): the run never meant to check it.
+func narrowedOut(sel Selection, r TestResult) bool {
+	return (sel.RunTest != "" && sel.RunTest != r.Test.ShortName) || slices.Contains(sel.SkipTests, r.Test.ShortName) ||
+		r.Message == NotRunMessage
 }

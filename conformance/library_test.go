@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,11 +12,13 @@ import (
 	"github.com/google/go-cmp/cmp"
 	confv1 "sigs.k8s.io/gateway-api/conformance/apis/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/eppkit/eppkit/conformance/harness"
 )
 
 func fakeTest(name string, p Profile, l Level, fs ...Feature) ConformanceTest {
 	return ConformanceTest{ShortName: name, Description: "The EPP MUST do " + name + ".", Level: l, Profile: p,
-		Features: fs, Source: "SPEC §5.1", Run: func(TestingT, *Suite) {}}
+		Features: fs, Source: "SPEC §5.1", Run: func(harness.TestingT, *harness.Suite) {}}
 }
 
 func TestValidate(t *testing.T) {
@@ -122,173 +125,9 @@ func TestParseLists(t *testing.T) {
 	}
 }
 
-func TestCommandTargetTemplate(t *testing.T) {
-	c, err := NewCommandTarget("reference", ReferenceCommand)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct {
-		env  TargetEnv
-		want string
-	}{
-		{TargetEnv{Eppkit: "/bin/eppkit", Endpoints: "127.0.10.1:8000,127.0.10.2:8000", GRPCPort: 1, HealthPort: 2, MetricsPort: 3},
-			"/bin/eppkit reference-epp --grpc-port 1 --grpc-health-port 2 --metrics-port 3 --endpoints 127.0.10.1:8000,127.0.10.2:8000 --objectives eppkit-conformance-sheddable=-1 --seed 0"},
-		{TargetEnv{Eppkit: "e", Kubeconfig: "/k", PoolName: "p", PoolNamespace: "ns", ConfigFile: "/c.yaml", GRPCPort: 1, HealthPort: 2, MetricsPort: 3, Seed: 42},
-			"e reference-epp --grpc-port 1 --grpc-health-port 2 --metrics-port 3 --kubeconfig /k --pool-name p --pool-namespace ns --config-file /c.yaml --seed 42"},
-	} {
-		got, err := c.Render(tc.env)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got != tc.want {
-			t.Errorf("Render:\n got %q\nwant %q", got, tc.want)
-		}
-	}
-	for _, bad := range []string{"", "  ", "{{.Nope}}", "{{.Eppkit"} {
-		if _, err := NewCommandTarget("command", bad); err == nil || !strings.Contains(err.Error(), "--command") {
-			t.Errorf("NewCommandTarget(%q) = %v, want an error naming --command", bad, err)
-		}
-	}
-}
-
-func TestCommandTargetLifecycle(t *testing.T) {
-	dir := t.TempDir()
-	// The process prints its port and sleeps; Stop must end it (SIGTERM to the group).
-	c, err := NewCommandTarget("command", `echo started on {{.GRPCPort}}; sleep 30`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	addrs, err := c.Start(t.Context(), TargetEnv{GRPCPort: 4242, HealthPort: 4243, LogDir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// No {{.HealthPort}} in the template: the EPP cannot know that port, so health is probed on
-	// the ext_proc port.
-	if addrs.GRPC != "127.0.0.1:4242" || addrs.Health != "127.0.0.1:4242" || addrs.Metrics != "" {
-		t.Fatalf("addrs = %+v", addrs)
-	}
-	withHealth, err := NewCommandTarget("command", `exit 0 # {{.HealthPort}}`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if a, err := withHealth.Start(t.Context(), TargetEnv{GRPCPort: 4242, HealthPort: 4243, LogDir: t.TempDir()}); err != nil ||
-		a.Health != "127.0.0.1:4243" || withHealth.HealthPortHint() != "" {
-		t.Fatalf("template with {{.HealthPort}}: addrs %+v, %v, hint %q", a, err, withHealth.HealthPortHint())
-	}
-	if err := Eventually(5*time.Second, 20*time.Millisecond, 1, func() error {
-		if !strings.Contains(c.LogTail(5), "started on 4242") {
-			return errors.New("not yet logged")
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-c.Exited():
-		t.Fatalf("target exited before Stop: %v", c.ExitErr())
-	case <-time.After(100 * time.Millisecond):
-	}
-	start := time.Now()
-	if err := c.Stop(5 * time.Second); err != nil {
-		t.Fatalf("Stop: %v", err)
-	}
-	if d := time.Since(start); d > 4*time.Second {
-		t.Fatalf("Stop took %s: SIGTERM did not reach the sleep", d)
-	}
-	select {
-	case <-c.Exited():
-	default:
-		t.Fatal("Exited not closed after Stop")
-	}
-	// A process that exits at once is seen as exited, with the reason.
-	c2, _ := NewCommandTarget("command", `exit 7`)
-	if _, err := c2.Start(t.Context(), TargetEnv{LogDir: dir}); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-c2.Exited():
-	case <-time.After(5 * time.Second):
-		t.Fatal("exit 7 not observed")
-	}
-	if err := c2.ExitErr(); err == nil || !strings.Contains(err.Error(), "7") {
-		t.Fatalf("ExitErr = %v, want exit status 7", err)
-	}
-}
-
-func TestAddressTargetAndTLS(t *testing.T) {
-	if _, err := NewAddressTarget("", ""); err == nil || !strings.Contains(err.Error(), "--address") {
-		t.Fatalf("empty address: %v", err)
-	}
-	if _, err := NewAddressTarget("nohostport", ""); err == nil {
-		t.Fatal("address without port accepted")
-	}
-	a, err := NewAddressTarget("10.0.0.1:9002", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, _ := a.Start(t.Context(), TargetEnv{}); got.Health != "10.0.0.1:9002" {
-		t.Fatalf("health defaults to the address, got %+v", got)
-	}
-	if c, err := ParseTargetTLS("plaintext"); c != nil || err != nil {
-		t.Fatalf("plaintext = %v, %v", c, err)
-	}
-	if c, err := ParseTargetTLS("insecure"); err != nil || c == nil || !c.InsecureSkipVerify {
-		t.Fatalf("insecure = %v, %v", c, err)
-	}
-	for _, bad := range []string{"tls", "ca:/does/not/exist"} {
-		if _, err := ParseTargetTLS(bad); err == nil || !strings.Contains(err.Error(), "--target-tls") {
-			t.Errorf("ParseTargetTLS(%q) = %v", bad, err)
-		}
-	}
-	notPEM := filepath.Join(t.TempDir(), "ca.pem")
-	os.WriteFile(notPEM, []byte("hello"), 0o644)
-	if _, err := ParseTargetTLS("ca:" + notPEM); err == nil {
-		t.Error("a CA file without PEM was accepted")
-	}
+func TestNewTargetUnknown(t *testing.T) {
 	if _, err := NewTarget("nope", TargetOptions{}); err == nil || !strings.Contains(err.Error(), "--target") {
 		t.Errorf("unknown target: %v", err)
-	}
-}
-
-func TestTimeoutConfig(t *testing.T) {
-	c, err := ParseTimeoutConfig([]byte("targetReady: 2m\npoll: 10ms\nrequiredConsecutiveSuccesses: 5\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := DefaultTimeoutConfig()
-	want.TargetReady, want.Poll, want.RequiredConsecutiveSuccesses = Duration(2*time.Minute), Duration(10*time.Millisecond), 5
-	if diff := cmp.Diff(want, c); diff != "" {
-		t.Fatalf("(-want +got)\n%s", diff)
-	}
-	// Every bad value is refused with a message naming its key.
-	for bad, key := range map[string]string{"targetReedy: 1s": "targetReedy", "poll: 0s": "poll", "poll: fast": "poll",
-		"requiredConsecutiveSuccesses: 0": "requiredConsecutiveSuccesses", "targetReady: 5s\ntargetRefused: abc": "targetRefused",
-		"request: 5": "request", "request: 5s\ntestTimeout: [1]": "testTimeout"} {
-		if _, err := ParseTimeoutConfig([]byte(bad)); err == nil || !strings.Contains(err.Error(), key) {
-			t.Errorf("ParseTimeoutConfig(%q) error = %v, want one naming %s", bad, err, key)
-		}
-	}
-}
-
-func TestEventually(t *testing.T) {
-	// Needs 3 consecutive successes; the condition flaps once after two, so it takes 6 calls.
-	seq := []bool{true, true, false, true, true, true}
-	i := 0
-	err := Eventually(5*time.Second, time.Millisecond, 3, func() error {
-		ok := seq[min(i, len(seq)-1)]
-		i++
-		if !ok {
-			return errors.New("flap")
-		}
-		return nil
-	})
-	if err != nil || i != 6 {
-		t.Fatalf("Eventually = %v after %d calls, want nil after 6", err, i)
-	}
-	err = Eventually(30*time.Millisecond, 5*time.Millisecond, 2, func() error { return errors.New("never") })
-	var ee *EventuallyError
-	if !errors.As(err, &ee) || ee.Last.Error() != "never" || ee.BestRun != 0 {
-		t.Fatalf("Eventually = %v", err)
 	}
 }
 
@@ -322,10 +161,10 @@ func TestReportRoundTrip(t *testing.T) {
 		p    Profile
 		want confv1.ProfileReport
 	}{
-		{ProfileEPP, confv1.ProfileReport{Name: "EPP", Summary: "Core tests succeeded.",
+		{ProfileEPP, confv1.ProfileReport{Name: "EPP", Summary: "Result: success (2 passed, 0 failed, 0 skipped, 0 not supported). Core tests succeeded.",
 			Core: confv1.Status{Result: confv1.Success, Statistics: confv1.Statistics{Passed: 2}}}},
 		{ProfileEPPRouting, confv1.ProfileReport{Name: "EPP-Routing",
-			Summary: "No core tests in this profile. Extended tests failed with 1 test failures.",
+			Summary: "Result: failure (0 passed, 1 failed, 0 skipped, 1 not supported). No core tests in this profile. Extended tests failed with 1 test failures.",
 			Core:    confv1.Status{Result: confv1.Success},
 			Extended: &confv1.ExtendedStatus{
 				// Queue's feature is not claimed: NOT_SUPPORTED, counted nowhere (gateway-api).
@@ -333,10 +172,10 @@ func TestReportRoundTrip(t *testing.T) {
 					FailedTests: []string{"Prefix"}},
 				SupportedFeatures: []string{"PrefixCacheAffinity"}, UnsupportedFeatures: []string{"OpenAIRequestParsing",
 					"QueueAwareness", "KVCacheAwareness", "LoRAAffinity", "PredictedLatency", "RequestShedding",
-					"EndpointChurn", "DataParallelRanks"}}}},
+					"EndpointChurn", "DataParallelRanks", "SubsetHintIPMatching"}}}},
 	} {
 		t.Run(string(tc.p), func(t *testing.T) {
-			b, err := MarshalReport(BuildReport(tc.p, meta, res))
+			b, err := MarshalReport(BuildReport(tc.p, meta, res, judge(meta, res)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -374,11 +213,13 @@ func TestReportRoundTrip(t *testing.T) {
 }
 
 func TestSummary(t *testing.T) {
-	md := Summary(sampleMeta(), sampleResults())
+	md := Summary(sampleMeta(), sampleResults(), judge(sampleMeta(), sampleResults()))
 	for _, want := range []string{
-		"| EPP | PASS | 2 | 0 | 0 |\n| EPP-Routing | FAIL | 0 | 1 | 1 |\n",
-		"## Profile EPP: PASS — 2 passed, 0 failed, 0 skipped",
-		"## Profile EPP-Routing: FAIL — 0 passed, 1 failed, 1 skipped",
+		"| EPP | success | 2 | 0 | 0 | 0 | 0 |\n| EPP-Routing | failure | 0 | 1 | 0 | 0 | 1 |\n",
+		"## Profile EPP: success: 2 passed, 0 failed, 0 skipped, 0 not supported",
+		"## Profile EPP-Routing: failure: 0 passed, 1 failed, 0 skipped, 1 not supported",
+		"**exit 1: 1 conformance test(s) failed**",
+		"### Not supported (feature not claimed)",
 		"- **Prefix** [PrefixCacheAffinity] — The EPP MUST do Prefix.",
 		"  ```\n  picked 127.0.10.2:8000 in 40 of 100 requests\n  bound 0.05\n  ```",
 		"- Queue [QueueAwareness] — The EPP MUST do Queue. (feature QueueAwareness is not in --supported-features)",
@@ -396,7 +237,7 @@ func TestSummary(t *testing.T) {
 func TestWriteReports(t *testing.T) {
 	dir := t.TempDir()
 	meta := sampleMeta()
-	files, err := WriteReports(dir, meta, sampleResults(), meta.Date)
+	files, err := WriteReports(dir, meta, sampleResults(), meta.Date, judge(meta, sampleResults()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -413,7 +254,7 @@ func TestWriteReports(t *testing.T) {
 		}
 	}
 	meta.Implementation.Contact = nil
-	if _, err := WriteReports(dir, meta, nil, meta.Date); err == nil || !strings.Contains(err.Error(), "contact") {
+	if _, err := WriteReports(dir, meta, nil, meta.Date, judge(meta, nil)); err == nil || !strings.Contains(err.Error(), "contact") {
 		t.Fatalf("missing contact accepted: %v", err)
 	}
 }
@@ -435,24 +276,24 @@ func TestCatalogue(t *testing.T) {
 func TestRunner(t *testing.T) {
 	var order []string
 	tests := []ConformanceTest{
-		{ShortName: "Fatal", Profile: ProfileEPP, Level: LevelMUST, Run: func(t TestingT, _ *Suite) {
+		{ShortName: "Fatal", Profile: ProfileEPP, Level: LevelMUST, Run: func(t harness.TestingT, _ *harness.Suite) {
 			t.Cleanup(func() { order = append(order, "cleanup1") })
 			t.Cleanup(func() { order = append(order, "cleanup2") })
 			t.Fatalf("stop at %d", 1)
 			order = append(order, "after fatal")
 		}},
-		{ShortName: "Panics", Profile: ProfileEPP, Level: LevelMUST, Run: func(TestingT, *Suite) { panic("boom") }},
-		{ShortName: "Errors", Profile: ProfileEPP, Level: LevelMUST, Run: func(t TestingT, _ *Suite) {
+		{ShortName: "Panics", Profile: ProfileEPP, Level: LevelMUST, Run: func(harness.TestingT, *harness.Suite) { panic("boom") }},
+		{ShortName: "Errors", Profile: ProfileEPP, Level: LevelMUST, Run: func(t harness.TestingT, _ *harness.Suite) {
 			t.Errorf("first")
 			t.Errorf("second")
 			if !t.Failed() {
 				panic("Failed() false after Errorf")
 			}
 		}},
-		{ShortName: "Ok", Profile: ProfileEPP, Level: LevelMUST, Run: func(t TestingT, _ *Suite) { t.Logf("hello %s", t.Name()) }},
+		{ShortName: "Ok", Profile: ProfileEPP, Level: LevelMUST, Run: func(t harness.TestingT, _ *harness.Suite) { t.Logf("hello %s", t.Name()) }},
 		{ShortName: "Gated", Profile: ProfileEPPRouting, Level: LevelUpstream, Features: []Feature{FeatureLoRAAffinity},
-			Run: func(TestingT, *Suite) { panic("must not run") }},
-		{ShortName: "Other", Profile: ProfileReference, Level: LevelEppkit, Run: func(TestingT, *Suite) { panic("must not run") }},
+			Run: func(harness.TestingT, *harness.Suite) { panic("must not run") }},
+		{ShortName: "Other", Profile: ProfileReference, Level: LevelEppkit, Run: func(harness.TestingT, *harness.Suite) { panic("must not run") }},
 	}
 	var progress strings.Builder
 	r := &Runner{Selection: Selection{Profiles: []Profile{ProfileEPP, ProfileEPPRouting}}, Progress: &progress}
@@ -482,13 +323,13 @@ func TestRunner(t *testing.T) {
 }
 
 func TestRunnerTimeout(t *testing.T) {
-	s := &Suite{Timeouts: DefaultTimeoutConfig()}
-	s.Timeouts.TestTimeout = Duration(50 * time.Millisecond)
+	s := &harness.Suite{Timeouts: harness.DefaultTimeoutConfig()}
+	s.Timeouts.TestTimeout = harness.Duration(50 * time.Millisecond)
 	release := make(chan struct{})
 	defer close(release)
 	r := &Runner{Suite: s, Selection: Selection{Profiles: []Profile{ProfileEPP}}}
 	res := r.Run([]ConformanceTest{{ShortName: "Hangs", Profile: ProfileEPP, Level: LevelMUST,
-		Run: func(TestingT, *Suite) { <-release }}})
+		Run: func(harness.TestingT, *harness.Suite) { <-release }}})
 	if res[0].Outcome != Failed || !strings.Contains(res[0].Message, "did not finish within 50ms") {
 		t.Fatalf("result %+v", res[0])
 	}
@@ -497,7 +338,7 @@ func TestRunnerTimeout(t *testing.T) {
 // TestRunnerAbort: closing Abort (a second Ctrl-C) ends the hanging test at once as an interrupted
 // skip, far before its testTimeout.
 func TestRunnerAbort(t *testing.T) {
-	s := &Suite{Timeouts: DefaultTimeoutConfig()} // testTimeout 3 min
+	s := &harness.Suite{Timeouts: harness.DefaultTimeoutConfig()} // testTimeout 3 min
 	release := make(chan struct{})
 	defer close(release)
 	abort := make(chan struct{})
@@ -505,7 +346,7 @@ func TestRunnerAbort(t *testing.T) {
 	r := &Runner{Suite: s, Selection: Selection{Profiles: []Profile{ProfileEPP}}, Abort: abort}
 	start := time.Now()
 	res := r.Run([]ConformanceTest{{ShortName: "Hangs", Profile: ProfileEPP, Level: LevelMUST,
-		Run: func(TestingT, *Suite) { <-release }}})
+		Run: func(harness.TestingT, *harness.Suite) { <-release }}})
 	if res[0].Outcome != Skipped || !res[0].Interrupted || res[0].Message != AbandonedMessage || time.Since(start) > time.Minute {
 		t.Fatalf("result %+v after %s, want an interrupted skip right after the abort", res[0], time.Since(start))
 	}
@@ -539,25 +380,50 @@ func TestRegisterAll(t *testing.T) {
 }
 
 func TestRunnerTargetDied(t *testing.T) {
-	c, err := NewCommandTarget("command", `echo dying words; exit 4`)
-	if err != nil {
-		t.Fatal(err)
+	// harness.Suite.TargetDown's message stands in for a target that stopped answering: the test
+	// that saw it fails, no later test runs, and the verdict is one diagnosis with exit 2.
+	died := errors.New("the target stopped answering: its ext_proc address 127.0.0.1:1 refused connections for 5s\n" +
+		"--- last lines of the target log (t.log) ---\ndying words")
+	var ran []string
+	down := false
+	sel := Selection{Profiles: []Profile{ProfileEPP}}
+	r := &Runner{Suite: &harness.Suite{Timeouts: harness.DefaultTimeoutConfig()}, Selection: sel,
+		downForTest: func(probe bool) error {
+			if down && probe {
+				return died
+			}
+			return nil
+		}}
+	test := func(name string, fail bool) ConformanceTest {
+		return ConformanceTest{ShortName: name, Profile: ProfileEPP, Level: LevelMUST, Run: func(t harness.TestingT, _ *harness.Suite) {
+			ran = append(ran, name)
+			if fail {
+				down = true
+				t.Fatalf("dial the target: connection refused")
+			}
+		}}
 	}
-	if _, err := c.Start(t.Context(), TargetEnv{LogDir: t.TempDir()}); err != nil {
-		t.Fatal(err)
+	res := r.Run([]ConformanceTest{test("First", false), test("Dies", true), test("Third", false), test("Fourth", false)})
+	if !slices.Equal(ran, []string{"First", "Dies"}) {
+		t.Fatalf("ran %v, want First and Dies only", ran)
 	}
-	select {
-	case <-c.Exited():
-	case <-time.After(5 * time.Second):
-		t.Fatal("target did not exit")
+	if res[1].Outcome != Failed || res[2].Outcome != Skipped || !res[2].Interrupted || res[2].Message != TargetStoppedMessage ||
+		res[3].Message != TargetStoppedMessage {
+		t.Fatalf("results %+v", res)
 	}
-	s := &Suite{Timeouts: DefaultTimeoutConfig(), target: c, targetStarted: true}
-	ran := false
-	r := &Runner{Suite: s, Selection: Selection{Profiles: []Profile{ProfileEPP}}}
-	res := r.Run([]ConformanceTest{{ShortName: "Any", Profile: ProfileEPP, Level: LevelMUST,
-		Run: func(TestingT, *Suite) { ran = true }}})
-	if ran || res[0].Outcome != Failed || !strings.Contains(res[0].Message, "exited during the run") ||
-		!strings.Contains(res[0].Message, "dying words") {
+	v := Judge(JudgeInput{Selection: sel, TargetDown: r.Stopped().Error()}, res)
+	if v.ExitCode != ExitHarness || !strings.Contains(v.Reason, "dying words") || !strings.Contains(v.Reason, "2 tests ran, 2 did not run") {
+		t.Fatalf("verdict %d %q, want exit 2 with the diagnosis", v.ExitCode, v.Reason)
+	}
+	if l := InterruptionLine(res); !strings.Contains(l, "STOPPED (the target stopped answering)") {
+		t.Errorf("line %q", l)
+	}
+
+	// A process target found exited before a test: nothing more runs, no test fails for it.
+	ran = nil
+	r = &Runner{Selection: sel, downForTest: func(bool) error { return died }}
+	res = r.Run([]ConformanceTest{test("Any", false)})
+	if len(ran) != 0 || res[0].Outcome != Skipped || !res[0].Interrupted || r.Stopped() == nil {
 		t.Fatalf("ran=%v result %+v", ran, res[0])
 	}
 }
@@ -571,19 +437,24 @@ func TestReportUnsupportedIsNotPartial(t *testing.T) {
 		{Test: fakeTest("Prefix", ProfileEPPRouting, LevelUpstream, FeaturePrefixCacheAffinity), Outcome: Passed, Start: now},
 		{Test: fakeTest("Queue", ProfileEPPRouting, LevelUpstream, FeatureQueueAwareness), Outcome: Skipped, Start: now},
 	}
-	ext := BuildReport(ProfileEPPRouting, meta, res).ProfileReports[0].Extended
+	ext := BuildReport(ProfileEPPRouting, meta, res, judge(meta, res)).ProfileReports[0].Extended
 	if ext.Result != confv1.Success || ext.Statistics != (confv1.Statistics{Passed: 1}) || len(ext.SkippedTests) != 0 {
 		t.Errorf("unsupported feature only: extended = %+v, want success with 1 passed and nothing skipped", ext.Status)
 	}
 	meta.Selection.SkipTests = []string{"Queue"}
 	meta.Selection.SupportedFeatures = append(meta.Selection.SupportedFeatures, FeatureQueueAwareness)
-	ext = BuildReport(ProfileEPPRouting, meta, res).ProfileReports[0].Extended
+	ext = BuildReport(ProfileEPPRouting, meta, res, judge(meta, res)).ProfileReports[0].Extended
 	if ext.Result != confv1.Partial || ext.Statistics.Skipped != 1 {
 		t.Errorf("--skip-tests: extended = %+v, want partial with 1 skipped", ext.Status)
 	}
 	meta.Selection.SkipTests = nil
-	ext = BuildReport(ProfileEPPRouting, meta, res).ProfileReports[0].Extended
+	ext = BuildReport(ProfileEPPRouting, meta, res, judge(meta, res)).ProfileReports[0].Extended
 	if ext.Result != confv1.Partial || ext.Statistics.Skipped != 1 {
 		t.Errorf("claimed but skipped (precondition): extended = %+v, want partial with 1 skipped", ext.Status)
 	}
+}
+
+// judge is the verdict of a run of meta's selection without expected failures or interruption.
+func judge(meta ReportMeta, res []TestResult) Verdict {
+	return Judge(JudgeInput{Selection: meta.Selection}, res)
 }

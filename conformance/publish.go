@@ -66,7 +66,7 @@ func PublishReportName(meta ReportMeta, p Profile) string {
 // and a README.md with the results table and a Reproduce section holding reproduce, the command
 // lines that produce the reports. meta.Implementation must be valid; a version that is empty
 // after making it path-safe is an error.
-func WritePublication(root string, meta ReportMeta, results []TestResult, reproduce []string) (PublishFiles, error) {
+func WritePublication(root string, meta ReportMeta, results []TestResult, reproduce []string, v Verdict) (PublishFiles, error) {
 	var files PublishFiles
 	if err := meta.Implementation.Validate(); err != nil {
 		return files, fmt.Errorf("publication metadata: %w (set --organization --project --url --version --contact)", err)
@@ -81,7 +81,7 @@ func WritePublication(root string, meta ReportMeta, results []TestResult, reprod
 		return files, err
 	}
 	for _, p := range meta.Selection.Profiles {
-		b, err := MarshalReport(BuildReport(p, meta, results))
+		b, err := MarshalReport(BuildReport(p, meta, results, v))
 		if err != nil {
 			return files, err
 		}
@@ -92,7 +92,7 @@ func WritePublication(root string, meta ReportMeta, results []TestResult, reprod
 		files.Reports = append(files.Reports, path)
 	}
 	files.README = filepath.Join(files.Dir, "README.md")
-	if err := os.WriteFile(files.README, []byte(PublicationREADME(meta, results, reproduce)), 0o644); err != nil {
+	if err := os.WriteFile(files.README, []byte(PublicationREADME(meta, results, reproduce, v)), 0o644); err != nil {
 		return files, err
 	}
 	return files, nil
@@ -100,9 +100,10 @@ func WritePublication(root string, meta ReportMeta, results []TestResult, reprod
 
 // PublicationREADME renders the implementation README of the publication layout: a title, the
 // table of contents GIE asks for (channel, extension version, profile, implementation version,
-// mode, report) with a status column as GIE's v1.5.0 reports carry, the claimed features, and the
+// mode, report) with a status column as GIE's v1.5.0 reports carry (the verdict's result and
+// counts), the claimed features, and the
 // Reproduce section.
-func PublicationREADME(meta ReportMeta, results []TestResult, reproduce []string) string {
+func PublicationREADME(meta ReportMeta, results []TestResult, reproduce []string, v Verdict) string {
 	im := meta.Implementation
 	var b strings.Builder
 	fmt.Fprintf(&b, "# %s (EPP Profile Conformance) - %s\n\n", im.Project, GatewayAPIInferenceExtensionVersion)
@@ -112,11 +113,11 @@ func PublicationREADME(meta ReportMeta, results []TestResult, reproduce []string
 	b.WriteString("## Table of Contents\n\n")
 	b.WriteString("| Extension Channel | Extension Version Tested | Profile Tested | Implementation Version | Mode | Report | Status |\n")
 	b.WriteString("|---|---|---|---|---|---|---|\n")
-	for _, p := range meta.Selection.Profiles {
-		name := PublishReportName(meta, p)
+	for _, pv := range v.Profiles {
+		name := PublishReportName(meta, pv.Profile)
 		fmt.Fprintf(&b, "| %s | %s | %s | [%s](%s) | %s | [%s](./%s) | %s (%s) |\n",
-			PublishChannel, GatewayAPIInferenceExtensionVersion, p, im.Version, im.URL, PublishMode, name, name,
-			ProfileVerdict(p, results), ProfileLine(p, results))
+			PublishChannel, GatewayAPIInferenceExtensionVersion, pv.Profile, im.Version, im.URL, PublishMode, name, name,
+			pv.Result, pv.Counts.Line())
 	}
 	fmt.Fprintf(&b, "\nSupported features: %s.", featureList(meta.Selection.SupportedFeatures))
 	if len(meta.Selection.ExemptFeatures) > 0 {

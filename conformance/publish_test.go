@@ -15,7 +15,7 @@ func TestWritePublication(t *testing.T) {
 	meta.Implementation.Organization, meta.Implementation.Project = "EPP Kit", "Reference EPP"
 	meta.Implementation.Version = "v0.1.0-3-gabc/dirty"
 	repro := []string{"make build", "./bin/eppkit conformance --target reference --publish-dir out/publish"}
-	files, err := WritePublication(root, meta, sampleResults(), repro)
+	files, err := WritePublication(root, meta, sampleResults(), repro, judge(meta, sampleResults()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +40,7 @@ func TestWritePublication(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(BuildReport(ProfileEPPRouting, meta, sampleResults()), rep); diff != "" {
+	if diff := cmp.Diff(BuildReport(ProfileEPPRouting, meta, sampleResults(), judge(meta, sampleResults())), rep); diff != "" {
 		t.Errorf("published report (-built +read):\n%s", diff)
 	}
 	if rep.GatewayAPIInferenceExtensionChannel != "standard" {
@@ -53,8 +53,8 @@ func TestWritePublication(t *testing.T) {
 	for _, s := range []string{
 		"# Reference EPP (EPP Profile Conformance) - v1.5.0",
 		"| Extension Channel | Extension Version Tested | Profile Tested | Implementation Version | Mode | Report | Status |",
-		"| standard | v1.5.0 | EPP | [v0.1.0-3-gabc/dirty](https://example.com) | default | [standard-v0.1.0-3-gabc-dirty-default-epp-report.yaml](./standard-v0.1.0-3-gabc-dirty-default-epp-report.yaml) | PASS (2 passed, 0 failed, 0 skipped) |",
-		"| EPP-Routing | ", "| FAIL (0 passed, 1 failed, 1 skipped) |",
+		"| standard | v1.5.0 | EPP | [v0.1.0-3-gabc/dirty](https://example.com) | default | [standard-v0.1.0-3-gabc-dirty-default-epp-report.yaml](./standard-v0.1.0-3-gabc-dirty-default-epp-report.yaml) | success (2 passed, 0 failed, 0 skipped, 0 not supported) |",
+		"| EPP-Routing | ", "| failure (0 passed, 1 failed, 0 skipped, 1 not supported) |",
 		"Supported features: PrefixCacheAffinity.",
 		"Failed tests: Prefix (EPP-Routing).",
 		"## Reproduce",
@@ -66,11 +66,11 @@ func TestWritePublication(t *testing.T) {
 	}
 
 	meta.Implementation.Version = "///"
-	if _, err := WritePublication(root, meta, nil, nil); err == nil || !strings.Contains(err.Error(), "--version") {
+	if _, err := WritePublication(root, meta, nil, nil, judge(meta, nil)); err == nil || !strings.Contains(err.Error(), "--version") {
 		t.Errorf("a version with no letters or digits: err = %v", err)
 	}
 	meta.Implementation.URL = ""
-	if _, err := WritePublication(root, meta, nil, nil); err == nil || !strings.Contains(err.Error(), "--url") {
+	if _, err := WritePublication(root, meta, nil, nil, judge(meta, nil)); err == nil || !strings.Contains(err.Error(), "--url") {
 		t.Errorf("missing url: err = %v", err)
 	}
 }
@@ -147,7 +147,11 @@ func TestExpectedFailures(t *testing.T) {
 		var out []TestResult
 		for _, ct := range tests {
 			if o, ok := outcomes[ct.ShortName]; ok {
-				out = append(out, TestResult{Test: ct, Outcome: o})
+				r := TestResult{Test: ct, Outcome: o}
+				if o == Skipped {
+					r.Message = "the EPP cannot be configured for it"
+				}
+				out = append(out, r)
 			}
 		}
 		return out
@@ -163,8 +167,12 @@ func TestExpectedFailures(t *testing.T) {
 			ExpectationDiff{UnexpectedFailures: []string{"PickHeader"}}},
 		{"an explained failure now passes", all, map[string]Outcome{"Prefix": Passed, "Survives": Failed},
 			ExpectationDiff{NoLongerFailing: []string{"Prefix"}}},
-		{"an explained failure is skipped", all, map[string]Outcome{"Prefix": Skipped, "Survives": Failed, "Served": Failed},
-			ExpectationDiff{UnexpectedFailures: []string{"Served"}, NoLongerFailing: []string{"Prefix"}}},
+		{"an explained failure is skipped: its own line, not a change", all, map[string]Outcome{"Prefix": Skipped, "Survives": Failed, "Served": Failed},
+			ExpectationDiff{UnexpectedFailures: []string{"Served"}, ListedButSkipped: []string{"Prefix (the EPP cannot be configured for it)"}}},
+		{"--run-test narrows the list to the test that ran", Selection{Profiles: all.Profiles, RunTest: "Survives"},
+			map[string]Outcome{"Prefix": Skipped, "Survives": Failed}, ExpectationDiff{}},
+		{"--skip-tests leaves a listed test unchecked", Selection{Profiles: all.Profiles, SkipTests: []string{"Prefix"}},
+			map[string]Outcome{"Prefix": Skipped, "Survives": Failed}, ExpectationDiff{}},
 		{"profiles outside the run are ignored", Selection{Profiles: []Profile{ProfileEPPRouting}},
 			map[string]Outcome{"Prefix": Failed, "Survives": Passed}, ExpectationDiff{}},
 	} {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	confv1 "sigs.k8s.io/gateway-api/conformance/apis/v1"
+	gatewayapiconsts "sigs.k8s.io/gateway-api/pkg/consts"
 	"sigs.k8s.io/yaml"
 )
 
@@ -20,8 +21,13 @@ const (
 	// gatewayAPIModule is the module whose report types we embed.
 	gatewayAPIModule = "sigs.k8s.io/gateway-api/conformance"
 	// gatewayAPIVersionFallback is used when the binary carries no module information (go run
-	// of a test binary built without it); keep it equal to go.mod.
-	gatewayAPIVersionFallback = "v1.6.3"
+	// of a test binary built without it): the Gateway API release go.mod pins. This import of
+	// sigs.k8s.io/gateway-api is also what keeps that pin: gateway-api/conformance v1.6.3 requires
+	// sigs.k8s.io/gateway-api v0.0.0-00010101000000-000000000000 (replaced in its own repository),
+	// a version the module proxy refuses, so without a package of sigs.k8s.io/gateway-api in the
+	// build `go mod tidy` drops the v1.6.3 requirement and `go list -m all` fails, here and in
+	// every module that requires eppkit.
+	gatewayAPIVersionFallback = gatewayapiconsts.BundleVersion
 )
 
 // GatewayAPIVersion returns the version of the Gateway API conformance module the report types
@@ -69,52 +75,48 @@ type ReportMeta struct {
 	Selection Selection
 }
 
-// BuildReport makes the report of profile p from the results of a run (results of other
-// profiles are ignored). Core = tests without features; Extended = feature-gated tests. Tests
-// skipped only because their feature is not claimed are not counted (Selection.NotSupported);
-// other skips (--skip-tests, --run-test, exempt features, unmet preconditions) make the result
-// partial.
-func BuildReport(p Profile, meta ReportMeta, results []TestResult) ConformanceReport {
-	var core, ext confv1.Status
+// BuildReport makes the report of profile p from the results of a run and its verdict (Judge;
+// results of other profiles are ignored). Core = tests without features; Extended =
+// feature-gated tests; their statistics and results are the verdict's (Counts): tests skipped
+// only because their feature is not claimed are not counted, other skips (--skip-tests,
+// --run-test, exempt features, unmet preconditions, an interruption) make the result partial. The
+// summary starts with the profile's result, "interrupted" included, which the core and extended
+// `result` fields (gateway-api's schema) carry as partial.
+func BuildReport(p Profile, meta ReportMeta, results []TestResult, v Verdict) ConformanceReport {
+	pv := v.Profile(p)
+	core := confv1.Status{Statistics: statistics(pv.Core), Result: schemaResult(pv.Core.Result())}
+	var ext confv1.Status
 	var provisional []string
 	used := map[Feature]bool{}
-	hasExt := false
 	for _, r := range results {
 		if r.Test.Profile != p {
 			continue
 		}
+		for _, f := range r.Test.Features {
+			used[f] = true
+		}
 		st := &core
 		if len(r.Test.Features) > 0 {
-			st, hasExt = &ext, true
-			for _, f := range r.Test.Features {
-				used[f] = true
-			}
+			st = &ext
 		}
-		switch r.Outcome {
-		case Passed:
-			st.Statistics.Passed++
+		switch v.Kind(r) {
+		case KindPassed:
 			if r.Test.Provisional {
 				provisional = append(provisional, r.Test.ShortName)
 			}
-		case Failed:
-			st.Statistics.Failed++
+		case KindFailed, KindExpectedFailure:
 			st.FailedTests = append(st.FailedTests, r.Test.ShortName)
-		case Skipped:
-			if meta.Selection.NotSupported(r.Test) {
-				continue // NOT_SUPPORTED in gateway-api: counted nowhere (Selection.NotSupported)
-			}
-			st.Statistics.Skipped++
+		case KindSkipped, KindPrecondition, KindInterrupted:
 			st.SkippedTests = append(st.SkippedTests, r.Test.ShortName)
 		}
 	}
-	core.Result = statusResult(core.Statistics)
 	pr := confv1.ProfileReport{Name: string(p), Core: core}
-	summary := fmt.Sprintf("Core tests %s.", resultWord(core))
-	if core.Statistics == (confv1.Statistics{}) {
-		summary = "No core tests in this profile."
+	summary := fmt.Sprintf("Result: %s (%s). Core tests %s.", pv.Result, pv.Counts.Line(), resultWord(pv.Core))
+	if pv.Core == (Counts{}) {
+		summary = fmt.Sprintf("Result: %s (%s). No core tests in this profile.", pv.Result, pv.Counts.Line())
 	}
-	if hasExt {
-		ext.Result = statusResult(ext.Statistics)
+	if pv.HasExtended {
+		ext.Statistics, ext.Result = statistics(pv.Extended), schemaResult(pv.Extended.Result())
 		es := &confv1.ExtendedStatus{Status: ext}
 		// EPP-Routing is the feature profile: every feature belongs to it, tested yet or not.
 		for _, f := range AllFeatures {
@@ -128,10 +130,10 @@ func BuildReport(p Profile, meta ReportMeta, results []TestResult) ConformanceRe
 			}
 		}
 		pr.Extended = es
-		summary += fmt.Sprintf(" Extended tests %s.", resultWord(ext))
+		summary += fmt.Sprintf(" Extended tests %s.", resultWord(pv.Extended))
 	}
-	if n := interruptedIn(p, results); n > 0 {
-		summary += fmt.Sprintf(" Run interrupted (Ctrl-C or SIGTERM): %d tests did not run (listed as skipped).", n)
+	if v.Stopped != "" && pv.Counts.Interrupted > 0 {
+		summary += fmt.Sprintf(" Run stopped early (%s): %d tests did not run (listed as skipped).", v.Stopped, pv.Counts.Interrupted)
 	}
 	pr.Summary = summary
 	rep := ConformanceReport{
@@ -154,27 +156,28 @@ func BuildReport(p Profile, meta ReportMeta, results []TestResult) ConformanceRe
 	return rep
 }
 
-// statusResult follows gateway-api: failure if any test failed, partial if any was skipped,
-// success otherwise (also when the profile has no tests of that kind: nothing was left unmet).
-func statusResult(s confv1.Statistics) confv1.Result {
-	switch {
-	case s.Failed > 0:
-		return confv1.Failure
-	case s.Skipped > 0:
-		return confv1.Partial
-	default:
-		return confv1.Success
-	}
+func statistics(c Counts) confv1.Statistics {
+	return confv1.Statistics{Passed: uint32(c.Passed), Failed: uint32(c.Failed), Skipped: uint32(c.Skipped)}
 }
 
-func resultWord(s confv1.Status) string {
-	switch s.Result {
+// schemaResult maps a result onto gateway-api's schema, which has no "interrupted".
+func schemaResult(r confv1.Result) confv1.Result {
+	if r == ResultInterrupted {
+		return confv1.Partial
+	}
+	return r
+}
+
+func resultWord(c Counts) string {
+	switch c.Result() {
 	case confv1.Success:
 		return "succeeded"
 	case confv1.Failure:
-		return fmt.Sprintf("failed with %d test failures", s.Statistics.Failed)
+		return fmt.Sprintf("failed with %d test failures", c.Failed)
+	case ResultInterrupted:
+		return fmt.Sprintf("were interrupted with %d tests not run", c.Interrupted)
 	default:
-		return fmt.Sprintf("partially succeeded with %d test skips", s.Statistics.Skipped)
+		return fmt.Sprintf("partially succeeded with %d test skips", c.Skipped)
 	}
 }
 

@@ -33,7 +33,8 @@ type TestResult struct {
 	Start    time.Time
 	Duration time.Duration
 	// Interrupted marks a Skipped test that did not run because the run was interrupted
-	// (Ctrl-C or SIGTERM) before its turn; Message is then InterruptedMessage. Reports count it
+	// (Ctrl-C or SIGTERM) before its turn, or stopped because the target stopped answering;
+	// Message is then InterruptedMessage, AbandonedMessage or TargetStoppedMessage. Reports count it
 	// as skipped (a partial result, as gateway-api counts any skip) and say the run was
 	// interrupted.
 	Interrupted bool
@@ -91,7 +92,72 @@ func (sel Selection) Validate(tests []ConformanceTest) error {
 	if sel.RunTest != "" && !names[sel.RunTest] {
 		return fmt.Errorf("--run-test: no test named %q", sel.RunTest)
 	}
-	return nil
+	return sel.checkRunnable(tests)
+}
+
+// checkRunnable refuses a selection that would be green on nothing: a --run-test test that
+// cannot run under the claimed profiles and features, a --skip-tests name that would not run
+// anyway, or a selection under which no test runs. Each error says why and what to add.
+func (sel Selection) checkRunnable(tests []ConformanceTest) error {
+	find := func(name string) ConformanceTest {
+		for _, ct := range tests {
+			if ct.ShortName == name {
+				return ct
+			}
+		}
+		return ConformanceTest{}
+	}
+	// blocked is why ct would not run apart from --run-test and --skip-tests, with the fix.
+	blocked := func(ct ConformanceTest) string {
+		if !sel.Selected(ct) {
+			return fmt.Sprintf("its profile %s is not selected (--profiles %s): add %s to --profiles", ct.Profile,
+				profileList(sel.Profiles), ct.Profile)
+		}
+		exempt, missing := sel.featureGaps(ct)
+		if len(exempt) > 0 {
+			return fmt.Sprintf("feature %s is exempt (--exempt-features): remove it from --exempt-features", strings.Join(exempt, ", "))
+		}
+		if len(missing) > 0 {
+			return fmt.Sprintf("feature %s is not claimed: add it to --supported-features (or use --all-features), "+
+				"and configure your EPP for it (the catalogue's Preconditions)", strings.Join(missing, ", "))
+		}
+		return ""
+	}
+	if sel.RunTest != "" {
+		if slices.Contains(sel.SkipTests, sel.RunTest) {
+			return fmt.Errorf("--run-test %s: it is also in --skip-tests, so nothing would run", sel.RunTest)
+		}
+		if why := blocked(find(sel.RunTest)); why != "" {
+			return fmt.Errorf("--run-test %s cannot run: %s", sel.RunTest, why)
+		}
+	}
+	for _, n := range sel.SkipTests {
+		ct := find(n)
+		why := blocked(ct)
+		if why == "" && sel.RunTest != "" && sel.RunTest != n {
+			why = "only " + sel.RunTest + " runs (--run-test)"
+		}
+		if why != "" {
+			why, _, _ = strings.Cut(why, ":")
+			return fmt.Errorf("--skip-tests %s: it would not run anyway (%s); remove it from --skip-tests", n, why)
+		}
+	}
+	for _, ct := range tests {
+		if sel.SkipReason(ct) == "" {
+			return nil
+		}
+	}
+	return fmt.Errorf("no test runs with --profiles %s, --supported-features %s: every test of these profiles is skipped "+
+		"or needs a feature not claimed; add profiles or claim features (--supported-features, --all-features)",
+		profileList(sel.Profiles), featureList(sel.SupportedFeatures))
+}
+
+func profileList(ps []Profile) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = string(p)
+	}
+	return strings.Join(s, ",")
 }
 
 // Selected reports whether the test's profile is selected (only those tests are reported).
@@ -154,7 +220,7 @@ func ParseProfiles(s string) ([]Profile, error) {
 		return slices.Clone(Profiles), nil
 	}
 	var out []Profile
-	for _, p := range splitList(s) {
+	for _, p := range SplitList(s) {
 		if profileIndex(Profile(p)) == len(Profiles) {
 			return nil, fmt.Errorf("unknown profile %q (have %v or all)", p, Profiles)
 		}
@@ -171,7 +237,7 @@ func ParseFeatures(s string) ([]Feature, error) {
 		return TestedFeatures(), nil
 	}
 	var out []Feature
-	for _, f := range splitList(s) {
+	for _, f := range SplitList(s) {
 		if !knownFeature(Feature(f)) {
 			return nil, fmt.Errorf("unknown feature %q (have %v or all)", f, AllFeatures)
 		}
@@ -180,7 +246,9 @@ func ParseFeatures(s string) ([]Feature, error) {
 	return out, nil
 }
 
-func splitList(s string) []string {
+// SplitList splits a comma-separated list (a flag value), trimming blanks and dropping empty
+// items.
+func SplitList(s string) []string {
 	var out []string
 	for _, p := range strings.Split(s, ",") {
 		if p = strings.TrimSpace(p); p != "" {

@@ -4,11 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"runtime"
 	"runtime/debug"
 	"strings"
-	"sync"
 	"time"
+
+	"github.com/eppkit/eppkit/conformance/harness"
 )
 
 // Runner runs registry tests in process, one at a time, each in its own goroutine with a
@@ -17,7 +17,7 @@ import (
 // abandoned (its goroutine is left running; the run continues).
 type Runner struct {
 	// Suite is the harness; nil only for runs where every test is skipped.
-	Suite *Suite
+	Suite *harness.Suite
 	// Selection decides what runs.
 	Selection Selection
 	// Progress receives one line per finished test ("PASS  EPP/ShortName (1.2s)"); nil = none.
@@ -28,13 +28,47 @@ type Runner struct {
 	// skipped as interrupted (AbandonedMessage) and its goroutine is left running, as after
 	// testTimeout. Nil = never.
 	Abort <-chan struct{}
+
+	// stopped is the diagnosis of a target found down (Suite.TargetDown): once set, every later
+	// test is reported not run (TargetStoppedMessage) instead of failing on dial errors.
+	stopped error
+
+	// downForTest stands in for Suite.TargetExited and Suite.TargetDown in this package's tests,
+	// which cannot build a Suite around a dead target (its fields are the harness's).
+	downForTest func(probe bool) error
 }
+
+// targetDown is Suite.TargetExited (probe false: cheap, before each test) or Suite.TargetDown
+// (probe true: after a failed test, does the target still answer?); nil while it runs.
+func (r *Runner) targetDown(probe bool) error {
+	if r.downForTest != nil {
+		return r.downForTest(probe)
+	}
+	if !probe {
+		return r.Suite.TargetExited()
+	}
+	ctx := r.Context
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	return r.Suite.TargetDown(ctx)
+}
+
+// Stopped is the diagnosis of the target that stopped answering during the run, nil while it
+// answers.
+func (r *Runner) Stopped() error { return r.stopped }
+
+// TargetStoppedMessage is the skip reason of a test that did not run because the target stopped
+// answering earlier in the run (Runner.Stopped has the diagnosis).
+const TargetStoppedMessage = "not run: the target stopped answering earlier in the run"
 
 // AbandonedMessage is the skip reason of a test abandoned while it ran (Runner.Abort).
 const AbandonedMessage = "run interrupted (a second Ctrl-C) while this test ran; abandoned"
 
 // Run runs the tests of the selected profiles in order and returns their results (tests of
-// unselected profiles are left out).
+// unselected profiles are left out). After a failed test it checks that the target still
+// answers (Suite.TargetDown); once it does not, the remaining tests are skipped as not run
+// (TargetStoppedMessage, Interrupted) and Stopped has the diagnosis.
 func (r *Runner) Run(tests []ConformanceTest) []TestResult {
 	var out []TestResult
 	for _, ct := range tests {
@@ -46,11 +80,17 @@ func (r *Runner) Run(tests []ConformanceTest) []TestResult {
 			res = TestResult{Test: ct, Outcome: Skipped, Message: reason, Start: time.Now()}
 		} else if r.Context != nil && r.Context.Err() != nil {
 			res = TestResult{Test: ct, Outcome: Skipped, Message: InterruptedMessage, Start: time.Now(), Interrupted: true}
-		} else if err := r.Suite.TargetExited(); err != nil {
-			// A dead target fails every remaining test with the reason, not with a dial error.
-			res = TestResult{Test: ct, Outcome: Failed, Message: err.Error(), Start: time.Now()}
+		} else if r.stopped != nil {
+			res = TestResult{Test: ct, Outcome: Skipped, Message: TargetStoppedMessage, Start: time.Now(), Interrupted: true}
+		} else if err := r.targetDown(false); err != nil {
+			// A dead target ends the run with one diagnosis, not a failure per remaining test.
+			r.stopped = err
+			res = TestResult{Test: ct, Outcome: Skipped, Message: TargetStoppedMessage, Start: time.Now(), Interrupted: true}
 		} else {
 			res = r.runOne(ct)
+			if res.Outcome == Failed {
+				r.stopped = r.targetDown(true)
+			}
 		}
 		out = append(out, res)
 		if r.Progress != nil {
@@ -78,15 +118,15 @@ func firstLine(s string) string {
 }
 
 func (r *Runner) runOne(ct ConformanceTest) TestResult {
-	t := &runT{name: ct.ShortName}
+	t := harness.NewRecorder(ct.ShortName)
 	res := TestResult{Test: ct, Start: time.Now()}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		defer t.runCleanups()
+		defer t.RunCleanups()
 		defer func() {
 			if p := recover(); p != nil {
-				t.fail(fmt.Sprintf("panic: %v\n%s", p, debug.Stack()))
+				t.Fail(fmt.Sprintf("panic: %v\n%s", p, debug.Stack()))
 			}
 		}()
 		if r.Suite != nil {
@@ -94,7 +134,7 @@ func (r *Runner) runOne(ct ConformanceTest) TestResult {
 		}
 		ct.Run(t, r.Suite)
 	}()
-	timeout := DefaultTimeoutConfig().TestTimeout.D()
+	timeout := harness.DefaultTimeoutConfig().TestTimeout.D()
 	if r.Suite != nil {
 		timeout = r.Suite.Timeouts.TestTimeout.D()
 	}
@@ -102,121 +142,24 @@ func (r *Runner) runOne(ct ConformanceTest) TestResult {
 	select {
 	case <-done:
 	case <-time.After(timeout):
-		t.fail(fmt.Sprintf("test did not finish within %s (testTimeout); abandoned", timeout))
+		t.Fail(fmt.Sprintf("test did not finish within %s (testTimeout); abandoned", timeout))
 	case <-r.Abort:
 		aborted = true
 	}
 	res.Duration = time.Since(res.Start)
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	res.Log = t.log.String()
+	rec := t.Record()
+	res.Log = rec.Log
 	if aborted {
 		res.Outcome, res.Message, res.Interrupted = Skipped, AbandonedMessage, true
 		return res
 	}
-	if t.failed {
-		res.Outcome, res.Message = Failed, t.firstFailure
-	} else if t.skipped {
-		res.Outcome, res.Message = Skipped, t.skipReason
-	} else {
+	switch {
+	case rec.Failed:
+		res.Outcome, res.Message = Failed, rec.FirstFailure
+	case rec.Skipped:
+		res.Outcome, res.Message = Skipped, rec.SkipReason
+	default:
 		res.Outcome = Passed
 	}
 	return res
-}
-
-// runT is the runner's TestingT.
-type runT struct {
-	name         string
-	mu           sync.Mutex
-	log          strings.Builder
-	failed       bool
-	firstFailure string
-	skipped      bool
-	skipReason   string
-	cleanups     []func()
-}
-
-var _ TestingT = (*runT)(nil)
-
-func (t *runT) Helper()      {}
-func (t *runT) Name() string { return t.name }
-
-func (t *runT) Logf(format string, args ...any) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	fmt.Fprintf(&t.log, format+"\n", args...)
-}
-
-func (t *runT) fail(msg string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if !t.failed {
-		t.failed, t.firstFailure = true, msg
-	}
-	t.log.WriteString(msg + "\n")
-}
-
-func (t *runT) Errorf(format string, args ...any) { t.fail(fmt.Sprintf(format, args...)) }
-
-func (t *runT) Fatalf(format string, args ...any) {
-	t.fail(fmt.Sprintf(format, args...))
-	runtime.Goexit()
-}
-
-// Skipf logs the reason, marks the test skipped and stops it (as testing.T.Skipf); a test that
-// already failed stays failed.
-func (t *runT) Skipf(format string, args ...any) {
-	msg := fmt.Sprintf(format, args...)
-	t.mu.Lock()
-	if !t.skipped {
-		t.skipped, t.skipReason = true, msg
-	}
-	fmt.Fprintf(&t.log, "SKIP: %s\n", msg)
-	t.mu.Unlock()
-	runtime.Goexit()
-}
-
-func (t *runT) FailNow() {
-	t.mu.Lock()
-	if !t.failed {
-		t.failed, t.firstFailure = true, "FailNow called"
-	}
-	t.mu.Unlock()
-	runtime.Goexit()
-}
-
-func (t *runT) Failed() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.failed
-}
-
-func (t *runT) Cleanup(f func()) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.cleanups = append(t.cleanups, f)
-}
-
-// runCleanups runs cleanups last-in first-out; a panicking cleanup fails the test and the rest
-// still run.
-func (t *runT) runCleanups() {
-	for {
-		t.mu.Lock()
-		n := len(t.cleanups)
-		if n == 0 {
-			t.mu.Unlock()
-			return
-		}
-		f := t.cleanups[n-1]
-		t.cleanups = t.cleanups[:n-1]
-		t.mu.Unlock()
-		func() {
-			defer func() {
-				if p := recover(); p != nil {
-					t.fail(fmt.Sprintf("cleanup panicked: %v", p))
-				}
-			}()
-			f()
-		}()
-	}
 }

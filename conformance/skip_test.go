@@ -3,19 +3,21 @@ package conformance
 import (
 	"strings"
 	"testing"
+
+	"github.com/eppkit/eppkit/conformance/harness"
 )
 
 func TestRunnerSkip(t *testing.T) {
 	cleaned := false
 	tests := []ConformanceTest{
-		{ShortName: "Skips", Profile: ProfileEPP, Level: LevelMUST, Run: func(t TestingT, _ *Suite) {
+		{ShortName: "Skips", Profile: ProfileEPP, Level: LevelMUST, Run: func(t harness.TestingT, _ *harness.Suite) {
 			t.Cleanup(func() { cleaned = true })
-			Skip(t, "source %s cannot do it", "static")
+			harness.Skip(t, "source %s cannot do it", "static")
 			panic("ran past Skip")
 		}},
-		{ShortName: "FailsThenSkips", Profile: ProfileEPP, Level: LevelMUST, Run: func(t TestingT, _ *Suite) {
+		{ShortName: "FailsThenSkips", Profile: ProfileEPP, Level: LevelMUST, Run: func(t harness.TestingT, _ *harness.Suite) {
 			t.Errorf("broken first")
-			Skip(t, "too late")
+			harness.Skip(t, "too late")
 		}},
 	}
 	res := (&Runner{Selection: Selection{Profiles: Profiles}}).Run(tests)
@@ -32,20 +34,20 @@ func TestRunnerSkip(t *testing.T) {
 
 // notSkipper is a TestingT without Skipf: Skip must fail it, never pass it silently.
 type notSkipper struct {
-	TestingT
+	harness.TestingT
 }
 
 func TestSkipWithoutSkipperFails(t *testing.T) {
-	rt := &runT{name: "x"}
+	rt := harness.NewRecorder("x")
 	tt := notSkipper{rt}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		Skip(tt, "no pool editor")
+		harness.Skip(tt, "no pool editor")
 	}()
 	<-done
-	if !rt.Failed() || rt.skipped || !strings.Contains(rt.firstFailure, "precondition not met") {
-		t.Fatalf("Skip on a TestingT without Skipf: failed %v, skipped %v, %q", rt.Failed(), rt.skipped, rt.firstFailure)
+	if rec := rt.Record(); !rec.Failed || rec.Skipped || !strings.Contains(rec.FirstFailure, "precondition not met") {
+		t.Fatalf("Skip on a TestingT without Skipf: failed %v, skipped %v, %q", rec.Failed, rec.Skipped, rec.FirstFailure)
 	}
 }
 

@@ -1,8 +1,13 @@
 // Package conformance is eppkit's black-box conformance library for endpoint pickers (EPPs) of the
 // Gateway API Inference Extension: tests as data (ConformanceTest in a registry), profiles and
-// features, timeouts, anti-flake helpers, targets, endpoint sources, the harness (fake vLLM fleet +
-// fake gateway + target) and the report writers. The Ginkgo suite (suites/conformance), the reports
-// and the catalogue are all fed from the one registry returned by All.
+// features, the selection and skip rules, the runner, the name registries of targets and endpoint
+// sources, the report writers (ConformanceReport, JUnit, summary, catalogue, GIE publication
+// layout, results file), and the one run every driver uses: Run(ctx, Options), Start / RunOne /
+// Finish for drivers with their own test runner (the Ginkgo suite), RunTest(t, Options) for an
+// implementer's go test. What a test runs against (the fleet, gateway, target and the helpers) is
+// conformance/harness; the targets are conformance/target, the endpoint sources
+// conformance/endpointsource. The CLI, the Ginkgo suite, the reports and the catalogue are all fed
+// from the one registry returned by All.
 //
 // Modelled on sigs.k8s.io/gateway-api conformance/utils/suite (ConformanceTest, profiles, reports);
 // the code is ours. This package never imports reference/ (DESIGN.md import rules).
@@ -13,6 +18,8 @@ import (
 	"regexp"
 	"sort"
 	"sync"
+
+	"github.com/eppkit/eppkit/conformance/harness"
 )
 
 // Level says who must follow a rule (SPEC "Every rule carries a level").
@@ -65,6 +72,10 @@ const (
 	FeatureEndpointChurn Feature = "EndpointChurn"
 	// FeatureDataParallelRanks: endpoints that expose several data-parallel ranks.
 	FeatureDataParallelRanks Feature = "DataParallelRanks"
+	// FeatureSubsetHintIPMatching: the subset hint is matched by IP, whatever port it names
+	// (upstream v1.5.0 pkg/epp/requestcontrol/candidates.go). GIE proposal 004 lists ip:port
+	// addresses, so the core EPP profile checks hints that carry the pool's own ip:port only.
+	FeatureSubsetHintIPMatching Feature = "SubsetHintIPMatching"
 )
 
 // AllFeatures lists every Feature in a stable order.
@@ -72,20 +83,7 @@ var AllFeatures = []Feature{
 	FeatureOpenAIRequestParsing, FeaturePrefixCacheAffinity, FeatureQueueAwareness,
 	FeatureKVCacheAwareness, FeatureLoRAAffinity, FeaturePredictedLatency,
 	FeatureRequestShedding, FeatureEndpointChurn, FeatureDataParallelRanks,
-}
-
-// TestingT is the part of testing.T a conformance test uses. ginkgo.GinkgoT() satisfies it, and so
-// does the in-process runner's own implementation. Fatalf and FailNow stop the test (they do not
-// return).
-type TestingT interface {
-	Helper()
-	Logf(format string, args ...any)
-	Errorf(format string, args ...any)
-	Fatalf(format string, args ...any)
-	FailNow()
-	Failed() bool
-	Cleanup(func())
-	Name() string
+	FeatureSubsetHintIPMatching,
 }
 
 // ConformanceTest is one rule, as data. Register it from an init() in conformance/tests/<name>.go.
@@ -111,7 +109,7 @@ type ConformanceTest struct {
 	// runs only its static part, as its Preconditions say.
 	EndpointSource string
 	// Run performs the test against the harness.
-	Run func(t TestingT, s *Suite)
+	Run func(t harness.TestingT, s *harness.Suite)
 }
 
 var shortNameRE = regexp.MustCompile(`^[A-Z][A-Za-z0-9]*$`)

@@ -1,9 +1,13 @@
 package conformance
 
 import (
+	"bytes"
+	"encoding/xml"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -26,54 +30,109 @@ func Labels(ct ConformanceTest) []string {
 }
 
 // JUnitReport converts run results to a Ginkgo report (one spec per test, container = profile)
-// so Ginkgo's own JUnit reporter writes the XML.
-func JUnitReport(results []TestResult, start time.Time, description string) types.Report {
+// so Ginkgo's own JUnit reporter writes the XML. The verdict decides each spec's state: a
+// failure listed in --expect-failures is skipped with "expected failure: <message>", so a JUnit
+// gate agrees with the exit code; a test whose feature is not claimed is skipped with "not
+// supported: <reason>". Failures carry the test's source location (its Run function) and time.
+func JUnitReport(results []TestResult, start time.Time, description string, v Verdict) types.Report {
 	rep := types.Report{
 		SuitePath:        "github.com/eppkit/eppkit/conformance",
 		SuiteDescription: description,
 		StartTime:        start,
 		EndTime:          time.Now(),
-		SuiteSucceeded:   true,
+		SuiteSucceeded:   v.ExitCode == ExitPassed,
 	}
 	rep.RunTime = rep.EndTime.Sub(start)
 	for _, r := range results {
+		file, line := testLocation(r.Test)
 		sr := types.SpecReport{
 			ContainerHierarchyTexts: []string{string(r.Test.Profile)},
 			LeafNodeText:            r.Test.ShortName,
 			LeafNodeType:            types.NodeTypeIt,
 			LeafNodeLabels:          Labels(r.Test),
+			LeafNodeLocation:        types.CodeLocation{FileName: file, LineNumber: line},
 			StartTime:               r.Start,
 			EndTime:                 r.Start.Add(r.Duration),
 			RunTime:                 r.Duration,
 			CapturedStdOutErr:       r.Log,
 			NumAttempts:             1,
 		}
-		switch r.Outcome {
-		case Passed:
+		failure := func(msg string) types.Failure {
+			return types.Failure{Message: msg, FailureNodeType: types.NodeTypeIt, Location: sr.LeafNodeLocation,
+				FailureNodeLocation: sr.LeafNodeLocation, TimelineLocation: types.TimelineLocation{Time: sr.EndTime}}
+		}
+		switch k := v.Kind(r); k {
+		case KindPassed:
 			sr.State = types.SpecStatePassed
-		case Failed:
+		case KindFailed:
 			sr.State = types.SpecStateFailed
-			sr.Failure = types.Failure{Message: r.Message, FailureNodeType: types.NodeTypeIt}
-			rep.SuiteSucceeded = false
-		case Skipped:
+			sr.Failure = failure(r.Message)
+		case KindExpectedFailure:
 			sr.State = types.SpecStateSkipped
-			sr.Failure = types.Failure{Message: r.Message, FailureNodeType: types.NodeTypeIt}
-			sr.NumAttempts = 0
+			sr.Failure = failure("expected failure (--expect-failures): " + r.Message)
+		case KindNotSupported:
+			sr.State, sr.NumAttempts = types.SpecStateSkipped, 0
+			sr.Failure = failure("not supported: " + r.Message)
+		default:
+			sr.State, sr.NumAttempts = types.SpecStateSkipped, 0
+			sr.Failure = failure(r.Message)
 		}
 		rep.SpecReports = append(rep.SpecReports, sr)
 	}
-	if _, notRun := Interruption(results); notRun > 0 {
+	if v.Stopped != "" {
 		// Ginkgo's own reason for a suite cut short by SIGINT/SIGTERM (its junit reporter writes
 		// it as the SpecialSuiteFailureReason property).
-		rep.SuiteSucceeded = false
-		rep.SpecialSuiteFailureReasons = append(rep.SpecialSuiteFailureReasons, "Interrupted by User")
+		reason := "Interrupted by User"
+		if !strings.HasPrefix(v.Stopped, "interrupted") {
+			reason = "Stopped: " + v.Stopped
+		}
+		rep.SpecialSuiteFailureReasons = append(rep.SpecialSuiteFailureReasons, reason)
 	}
 	return rep
 }
 
-// Summary renders the Markdown summary: per profile, the passed, failed and skipped tests with
-// their rule; failed tests with their message; skipped tests with the reason.
-func Summary(meta ReportMeta, results []TestResult) string {
+// JUnitVerdictProperties are the suite properties WriteReports adds to Ginkgo's junit.xml:
+// "eppkit.exitCode", "eppkit.verdict", and per profile "eppkit.profile.<name>" = its Line
+// ("partial: 3 passed, 0 failed, 1 skipped, 8 not supported").
+func JUnitVerdictProperties(v Verdict) []reporters.JUnitProperty {
+	props := []reporters.JUnitProperty{{Name: "eppkit.exitCode", Value: strconv.Itoa(v.ExitCode)}, {Name: "eppkit.verdict", Value: v.Line()}}
+	for _, pv := range v.Profiles {
+		props = append(props, reporters.JUnitProperty{Name: "eppkit.profile." + string(pv.Profile), Value: pv.Line()})
+	}
+	return props
+}
+
+// writeJUnit writes Ginkgo's JUnit XML of the run to path, then adds JUnitVerdictProperties to its
+// suite properties (Ginkgo's reporter has no hook for suite properties of our own).
+func writeJUnit(path string, results []TestResult, start time.Time, v Verdict) error {
+	if err := reporters.GenerateJUnitReport(JUnitReport(results, start, "eppkit conformance", v), path); err != nil {
+		return err
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var suites reporters.JUnitTestSuites
+	if err := xml.Unmarshal(b, &suites); err != nil {
+		return fmt.Errorf("re-read %s: %w", path, err)
+	}
+	for i := range suites.TestSuites {
+		suites.TestSuites[i].Properties.Properties = append(suites.TestSuites[i].Properties.Properties, JUnitVerdictProperties(v)...)
+	}
+	var out bytes.Buffer
+	out.WriteString(xml.Header)
+	enc := xml.NewEncoder(&out)
+	enc.Indent("  ", "    ")
+	if err := enc.Encode(suites); err != nil {
+		return err
+	}
+	return os.WriteFile(path, out.Bytes(), 0o644)
+}
+
+// Summary renders the Markdown summary: the verdict, then per profile its result and counts,
+// the failed tests with their message, the expected failures apart, the passed tests with their
+// rule, the skipped tests with the reason and the tests not supported.
+func Summary(meta ReportMeta, results []TestResult, v Verdict) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# eppkit conformance summary\n\n")
 	fmt.Fprintf(&b, "- Implementation: %s/%s %s (%s)\n", meta.Implementation.Organization, meta.Implementation.Project,
@@ -84,69 +143,55 @@ func Summary(meta ReportMeta, results []TestResult) string {
 	if len(meta.Selection.ExemptFeatures) > 0 {
 		fmt.Fprintf(&b, "- Exempt features: %s\n", featureList(meta.Selection.ExemptFeatures))
 	}
+	fmt.Fprintf(&b, "- **%s**\n", strings.TrimPrefix(v.Line(), "verdict: "))
+	if v.Expected != nil {
+		fmt.Fprintf(&b, "- Expected failures: %s\n", v.Expected)
+	}
 	if line := InterruptionLine(results); line != "" {
 		fmt.Fprintf(&b, "- **%s** (listed below as skipped: %s)\n", line, InterruptedMessage)
 	}
-	b.WriteString("\n| Profile | Verdict | Passed | Failed | Skipped |\n|---|---|---|---|---|\n")
-	for _, p := range meta.Selection.Profiles {
-		np, nf, ns := CountOutcomes(p, results)
-		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d |\n", p, ProfileVerdict(p, results), np, nf, ns)
+	b.WriteString("\n| Profile | Result | Passed | Failed | Expected failures | Skipped | Not supported |\n|---|---|---|---|---|---|---|\n")
+	for _, pv := range v.Profiles {
+		c := pv.Counts
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d |\n", pv.Profile, pv.Result, c.Passed, c.Failed, c.ExpectedFailures, c.Skipped, c.NotSupported)
 	}
-	for _, p := range meta.Selection.Profiles {
-		var passed, failed, skipped []TestResult
-		for _, r := range results {
-			if r.Test.Profile != p {
+	sections := []struct {
+		title string
+		kinds []TestKind
+	}{
+		{"Failed", []TestKind{KindFailed}},
+		{"Failed as expected (--expect-failures)", []TestKind{KindExpectedFailure}},
+		{"Passed", []TestKind{KindPassed}},
+		{"Skipped", []TestKind{KindSkipped, KindPrecondition, KindInterrupted}},
+		{"Not supported (feature not claimed)", []TestKind{KindNotSupported}},
+	}
+	for _, pv := range v.Profiles {
+		fmt.Fprintf(&b, "\n## Profile %s: %s\n", pv.Profile, pv.Line())
+		for _, sec := range sections {
+			var in []TestResult
+			for _, r := range results {
+				if r.Test.Profile == pv.Profile && slices.Contains(sec.kinds, v.Kind(r)) {
+					in = append(in, r)
+				}
+			}
+			if len(in) == 0 {
 				continue
 			}
-			switch r.Outcome {
-			case Passed:
-				passed = append(passed, r)
-			case Failed:
-				failed = append(failed, r)
-			case Skipped:
-				skipped = append(skipped, r)
-			}
-		}
-		fmt.Fprintf(&b, "\n## Profile %s: %s — %s\n", p, ProfileVerdict(p, results), ProfileLine(p, results))
-		if len(failed) > 0 {
-			fmt.Fprintf(&b, "\n### Failed\n\n")
-			for _, r := range failed {
-				fmt.Fprintf(&b, "- **%s**%s — %s\n\n", r.Test.ShortName, featureSuffix(r.Test), r.Test.Description)
-				fmt.Fprintf(&b, "  ```\n%s\n  ```\n", indent(strings.TrimSpace(r.Message), "  "))
-			}
-		}
-		if len(passed) > 0 {
-			fmt.Fprintf(&b, "\n### Passed\n\n")
-			for _, r := range passed {
-				fmt.Fprintf(&b, "- %s%s — %s\n", r.Test.ShortName, featureSuffix(r.Test), r.Test.Description)
-			}
-		}
-		if len(skipped) > 0 {
-			fmt.Fprintf(&b, "\n### Skipped\n\n")
-			for _, r := range skipped {
-				fmt.Fprintf(&b, "- %s%s — %s (%s)\n", r.Test.ShortName, featureSuffix(r.Test), r.Test.Description, r.Message)
+			fmt.Fprintf(&b, "\n### %s\n\n", sec.title)
+			for _, r := range in {
+				switch sec.title {
+				case "Failed", "Failed as expected (--expect-failures)":
+					fmt.Fprintf(&b, "- **%s**%s — %s\n\n", r.Test.ShortName, featureSuffix(r.Test), r.Test.Description)
+					fmt.Fprintf(&b, "  ```\n%s\n  ```\n", indent(strings.TrimSpace(r.Message), "  "))
+				case "Passed":
+					fmt.Fprintf(&b, "- %s%s — %s\n", r.Test.ShortName, featureSuffix(r.Test), r.Test.Description)
+				default:
+					fmt.Fprintf(&b, "- %s%s — %s (%s)\n", r.Test.ShortName, featureSuffix(r.Test), r.Test.Description, r.Message)
+				}
 			}
 		}
 	}
 	return b.String()
-}
-
-// CountOutcomes counts profile p's passed, failed and skipped tests.
-func CountOutcomes(p Profile, results []TestResult) (passed, failed, skipped int) {
-	for _, r := range results {
-		if r.Test.Profile != p {
-			continue
-		}
-		switch r.Outcome {
-		case Passed:
-			passed++
-		case Failed:
-			failed++
-		case Skipped:
-			skipped++
-		}
-	}
-	return passed, failed, skipped
 }
 
 // Interruption counts the tests of a run that ran (passed or failed) and those that did not run
@@ -164,58 +209,19 @@ func Interruption(results []TestResult) (ran, notRun int) {
 	return ran, notRun
 }
 
-// InterruptionLine is the line the console and summary.md print for an interrupted run, "" when
-// the run was not interrupted.
+// InterruptionLine is the line the console and summary.md print for a run that stopped early,
+// "" when it did not: interrupted (Ctrl-C, SIGTERM), or stopped because the target stopped
+// answering (TargetStoppedMessage).
 func InterruptionLine(results []TestResult) string {
 	ran, notRun := Interruption(results)
 	if notRun == 0 {
 		return ""
 	}
-	return fmt.Sprintf("run INTERRUPTED (Ctrl-C or SIGTERM): %d tests ran, %d did not run; the verdicts cover only the tests that ran", ran, notRun)
-}
-
-// interruptedIn counts profile p's tests that did not run because the run was interrupted.
-func interruptedIn(p Profile, results []TestResult) int {
-	n := 0
-	for _, r := range results {
-		if r.Test.Profile == p && r.Interrupted {
-			n++
-		}
+	why := "INTERRUPTED (Ctrl-C or SIGTERM)"
+	if slices.ContainsFunc(results, func(r TestResult) bool { return r.Message == TargetStoppedMessage }) {
+		why = "STOPPED (the target stopped answering)"
 	}
-	return n
-}
-
-// ProfileVerdict is profile p's one-word outcome in a run: FAIL if any of its tests failed,
-// INTERRUPTED if some of its tests did not run because the run was interrupted, else Verdict.
-func ProfileVerdict(p Profile, results []TestResult) string {
-	np, nf, _ := CountOutcomes(p, results)
-	if nf == 0 && interruptedIn(p, results) > 0 {
-		return "INTERRUPTED"
-	}
-	return Verdict(np, nf)
-}
-
-// ProfileLine is profile p's counts for the console and the summary: "N passed, N failed, N
-// skipped", followed by how many of the skipped did not run because the run was interrupted.
-func ProfileLine(p Profile, results []TestResult) string {
-	np, nf, ns := CountOutcomes(p, results)
-	line := fmt.Sprintf("%d passed, %d failed, %d skipped", np, nf, ns)
-	if ni := interruptedIn(p, results); ni > 0 {
-		line += fmt.Sprintf(" (%d of them not run: interrupted)", ni)
-	}
-	return line
-}
-
-// Verdict is a profile's one-word outcome: FAIL if any test failed, NOTHING RAN if none passed,
-// else PASS.
-func Verdict(passed, failed int) string {
-	switch {
-	case failed > 0:
-		return "FAIL"
-	case passed == 0:
-		return "NOTHING RAN"
-	}
-	return "PASS"
+	return fmt.Sprintf("run %s: %d tests ran, %d did not run; the results cover only the tests that ran", why, ran, notRun)
 }
 
 func featureSuffix(ct ConformanceTest) string {
@@ -248,8 +254,8 @@ type ReportFiles struct {
 }
 
 // WriteReports writes, under dir: <profile>-report.yaml per selected profile, junit.xml and
-// summary.md. meta.Implementation must be valid (gateway-api's Implementation.Validate).
-func WriteReports(dir string, meta ReportMeta, results []TestResult, start time.Time) (ReportFiles, error) {
+// summary.md, each printing the verdict v (Judge). meta.Implementation must be valid (gateway-api's Implementation.Validate).
+func WriteReports(dir string, meta ReportMeta, results []TestResult, start time.Time, v Verdict) (ReportFiles, error) {
 	var files ReportFiles
 	if err := meta.Implementation.Validate(); err != nil {
 		return files, fmt.Errorf("report metadata: %w (set --organization --project --url --version --contact)", err)
@@ -258,7 +264,7 @@ func WriteReports(dir string, meta ReportMeta, results []TestResult, start time.
 		return files, err
 	}
 	for _, p := range meta.Selection.Profiles {
-		b, err := MarshalReport(BuildReport(p, meta, results))
+		b, err := MarshalReport(BuildReport(p, meta, results, v))
 		if err != nil {
 			return files, err
 		}
@@ -269,11 +275,11 @@ func WriteReports(dir string, meta ReportMeta, results []TestResult, start time.
 		files.Reports = append(files.Reports, path)
 	}
 	files.JUnit = filepath.Join(dir, "junit.xml")
-	if err := reporters.GenerateJUnitReport(JUnitReport(results, start, "eppkit conformance"), files.JUnit); err != nil {
+	if err := writeJUnit(files.JUnit, results, start, v); err != nil {
 		return files, fmt.Errorf("junit: %w", err)
 	}
 	files.Summary = filepath.Join(dir, "summary.md")
-	if err := os.WriteFile(files.Summary, []byte(Summary(meta, results)), 0o644); err != nil {
+	if err := os.WriteFile(files.Summary, []byte(Summary(meta, results, v)), 0o644); err != nil {
 		return files, err
 	}
 	return files, nil
@@ -312,8 +318,8 @@ func Catalogue(tests []ConformanceTest) string {
 			if len(ct.Preconditions) > 0 {
 				pre = strings.Join(ct.Preconditions, "; ")
 			}
-			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | `%s` |\n", cell(feature), cell(name), ct.Level,
-				cell(ct.Description), cell(pre), cell(ct.Source), RunAloneCommand(ct))
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | `%s` |\n", MarkdownCell(feature), MarkdownCell(name), ct.Level,
+				MarkdownCell(ct.Description), MarkdownCell(pre), MarkdownCell(ct.Source), RunAloneCommand(ct))
 		}
 	}
 	return b.String()
@@ -340,6 +346,7 @@ func RunAloneCommand(ct ConformanceTest) string {
 	return cmd
 }
 
-func cell(s string) string {
+// MarkdownCell escapes s for a Markdown table cell (pipes escaped, newlines as spaces).
+func MarkdownCell(s string) string {
 	return strings.NewReplacer("|", `\|`, "\n", " ").Replace(s)
 }

@@ -1,7 +1,8 @@
 // Package manifests embeds eppkit's deployable files and reads them as Kubernetes objects:
 //
-//   - k8s/: the InferencePool and InferenceObjective CRDs of the pinned GIE module (k8s/crds/, equal
-//     to what `eppkit tools build gie --only crds` extracts), the EPP's RBAC, the fake vLLM
+//   - k8s/: the InferencePool, InferenceObjective, InferenceModelRewrite and InferencePoolImport
+//     CRDs of the pinned GIE module (k8s/crds/, equal to what `eppkit tools build gie --only crds`
+//     extracts), the EPP's RBAC, the fake vLLM
 //     Deployment and its headless Service, the InferencePool, the reference EPP Deployment +
 //     Service + config, and Envoy (Deployment, Service, bootstrap ConfigMap). No object names a
 //     namespace: the applier chooses it (conformance/cluster/apply).
@@ -96,9 +97,6 @@ const (
 	EnvoyRoutePicked   = "picked"
 	EnvoyRouteFailOpen = "failopen"
 )
-
-// FS returns the embedded tree: k8s/..., envoy/envoy.yaml and kind/cluster.yaml.
-func FS() fs.FS { return files }
 
 // EnvoyBootstrap returns envoy/envoy.yaml.
 func EnvoyBootstrap() []byte { return mustRead("envoy/envoy.yaml") }

@@ -193,6 +193,8 @@ func TestK8sObjects(t *testing.T) {
 	want := []objKey{
 		{"CustomResourceDefinition", "inferencepools.inference.networking.k8s.io"},
 		{"CustomResourceDefinition", "inferenceobjectives.inference.networking.x-k8s.io"},
+		{"CustomResourceDefinition", "inferencemodelrewrites.inference.networking.x-k8s.io"},
+		{"CustomResourceDefinition", "inferencepoolimports.inference.networking.x-k8s.io"},
 		{"ServiceAccount", EPPServiceAccount}, {"Role", "eppkit-epp"}, {"RoleBinding", "eppkit-epp"},
 		{"Deployment", FakeVLLMDeployment}, {"Service", FakeVLLMService},
 		{"InferencePool", PoolName},
@@ -214,7 +216,7 @@ func TestK8sObjects(t *testing.T) {
 		if ns := o.GetNamespace(); ns != "" {
 			t.Errorf("%s/%s names namespace %q; leave it to the applier", o.GetKind(), o.GetName(), ns)
 		}
-		if isCRD(o) != (i < 2) {
+		if isCRD(o) != (i < 4) {
 			t.Errorf("object %d is %s/%s: CRDs must come first", i, o.GetKind(), o.GetName())
 		}
 	}

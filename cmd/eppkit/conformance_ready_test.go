@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/eppkit/eppkit/conformance"
+	"github.com/eppkit/eppkit/conformance/harness"
 )
 
 // TestConformanceAddressNothingListening: --target address at an address where nothing listens
@@ -18,7 +19,7 @@ func TestConformanceAddressNothingListening(t *testing.T) {
 	if len(conformance.All()) == 0 {
 		t.Skip("no conformance tests registered")
 	}
-	ports, err := conformance.FreePorts(1)
+	ports, err := harness.FreePorts(1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -160,3 +160,39 @@ func TestConformanceInterruptedWhileStarting(t *testing.T) {
 		t.Errorf("error %q, want the interruption named and no readiness failure", msg)
 	}
 }
+
+// TestConformanceResultsFile: --results-file is written when the harness cannot start (exit 2,
+// the error, no tests) and when every test is skipped (exit 0, one record per test).
+func TestConformanceResultsFile(t *testing.T) {
+	if len(conformance.All()) == 0 {
+		t.Skip("no conformance tests registered")
+	}
+	dir := t.TempDir()
+	t.Setenv("EPPKIT_SEED", "7")
+	// The command exits at once: the harness sees the exit, not a readiness timeout.
+	broken := filepath.Join(dir, "broken.json")
+	code, out := runCLI(t, "conformance", "--target", "command", "--command", "echo no EPP here >&2; exit 3",
+		"--profiles", "EPP", "--log-dir", dir, "--fleet-size", "2", "--results-file", broken)
+	if code != exitHarness {
+		t.Fatalf("exit %d, want %d:\n%s", code, exitHarness, out)
+	}
+	r, err := conformance.ReadResultsFile(broken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.ExitCode != exitHarness || !strings.Contains(r.Error, "the harness could not start") || len(r.Tests) != 0 || r.Seed != 7 ||
+		r.Target != "command" || r.EndpointSource != "static" {
+		t.Errorf("results of a harness failure: %+v", r)
+	}
+
+	// A selection that runs nothing is refused before anything runs: exit 3, no results file.
+	skipped := filepath.Join(dir, "skipped.json")
+	code, out = runCLI(t, "conformance", "--target", "command", "--command", "exit 3", "--profiles", "EPP",
+		"--exempt-features", "", "--run-test", "EPPHealth", "--skip-tests", "EPPHealth", "--results-file", skipped)
+	if code != 3 || !strings.Contains(out, "nothing would run") {
+		t.Fatalf("exit %d, want 3 saying nothing would run:\n%s", code, out)
+	}
+	if _, err := os.Stat(skipped); !os.IsNotExist(err) {
+		t.Errorf("results file of a refused run: %v", err)
+	}
+}

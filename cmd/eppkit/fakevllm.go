@@ -33,8 +33,13 @@ func newFakeVLLMCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "fake-vllm --model NAME [llm-d-inference-sim flags]",
 		Short: "Run a fake vLLM server compatible with llm-d-inference-sim v0.10.2's flags",
-		Long: `Run a fake vLLM GPU server: OpenAI completions and chat completions (JSON or SSE), /v1/models,
-LoRA load/unload, /health, /metrics (vllm:* names), /admin/config, failure injection.
+		Long: `Run a fake vLLM GPU server: OpenAI completions (prompt as a string, strings, token ids or lists of
+token ids) and chat completions, /v1/embeddings, /v1/messages (Anthropic) and /v1/responses (OpenAI
+Responses), each as JSON or SSE with its own events, usage and error shape; /v1/models, LoRA
+load/unload, /health, /metrics (vllm:* names of --metrics-names current|legacy|both), /admin/config,
+failure injection. LoRA is off unless --enable-lora, --max-loras N or --lora-modules (as vLLM:
+no vllm:lora_requests_info without it); --data-parallel-mode internal serves N engines behind one
+port with engine-labelled series.
 
 Flags are llm-d-inference-sim v0.10.2's (durations as Go strings such as 10ms; a bare integer is
 taken as milliseconds, as older simulator releases did). Multi-value flags take space-separated

@@ -1,5 +1,6 @@
 // Command eppkit is the single eppkit CLI: the conformance runner, the reference EPP, the fakes
 // (vLLM server and fleet, gateway, predictor), benchmarks and cluster tooling, as subcommands.
+// Each subcommand turns its flags into a library's options; the work is done in the libraries.
 package main
 
 import (
@@ -8,10 +9,39 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+
+	"github.com/eppkit/eppkit/conformance"
+	buildversion "github.com/eppkit/eppkit/internal/version"
+	_ "github.com/eppkit/eppkit/internal/wiring" // the tests, the reference and cluster targets
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
+// Exit codes shared by the subcommands (conformance.Exit*: 1 a test failed, 2 the harness or
+// target could not start, 3 bad flags).
+const (
+	exitTestFailed = conformance.ExitTestFailed
+	exitHarness    = conformance.ExitHarness
+	exitBadFlags   = conformance.ExitBadOptions
+)
+
+// version is the eppkit version `eppkit --version` and the reports of the CLI's own drivers show
+// (internal/version: set at link time, else the module version in the build information).
+var version = buildversion.Version()
+
+// exitError carries a process exit code to main.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// ExitCode is the process exit code main uses.
+func (e *exitError) ExitCode() int { return e.code }
+
+func badFlags(format string, args ...any) error {
+	return &exitError{code: exitBadFlags, err: fmt.Errorf(format, args...)}
+}
 
 func newRootCommand() *cobra.Command {
 	root := &cobra.Command{

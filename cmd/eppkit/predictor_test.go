@@ -12,9 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
+	"github.com/eppkit/eppkit/internal/promscrape"
 	"github.com/eppkit/eppkit/reference/predictor"
 )
 
@@ -176,8 +174,7 @@ func TestPredictorCommandOverHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
+	fams, err := promscrape.Parse(resp.Body)
 	resp.Body.Close()
 	if err != nil {
 		t.Fatalf("/metrics is not Prometheus text: %v", err)

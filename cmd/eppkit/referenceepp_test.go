@@ -6,6 +6,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -44,6 +46,10 @@ func TestReferenceEPPStartupErrors(t *testing.T) {
 		{[]string{"--endpoints", "127.0.0.1:18000", "--log-level", "loud"}, []string{"--log-level"}},
 		{[]string{"--endpoints", "127.0.0.1:18000", "--cert-path", "/tmp"}, []string{"--cert-path"}},
 		{[]string{"--endpoints", "127.0.0.1:18000", "--objectives", "batch=low"}, []string{"--objectives"}},
+		{[]string{"--endpoints", "127.0.0.1:18000", "--model-rewrites", writeRewrites(t, "rules:\n- targets: [{modelRewrite: a, weight: 0}, {modelRewrite: b, weight: 3}]\n")},
+			[]string{"--model-rewrites", "document 0: spec.rules[0].targets[1].weight"}},
+		{[]string{"--endpoints", "127.0.0.1:18000", "--model-rewrites", "/nonexistent/rewrites.yaml"}, []string{"--model-rewrites"}},
+		{[]string{"--pool-name", "p", "--kubeconfig", "/nonexistent", "--model-rewrites", "x.yaml"}, []string{"--model-rewrites: only with --endpoints"}},
 		{[]string{"--endpoints", "127.0.0.1:18000", "--predictor-url", "localhost:8000"}, []string{"--predictor-url"}},
 		{[]string{"--endpoints", "127.0.0.1:18000", "--stale-threshold", "10ms", "--refresh-metrics-interval", "50ms"},
 			[]string{"--stale-threshold must be ≥ --refresh-metrics-interval"}},
@@ -118,4 +124,14 @@ func TestReferenceEPPServes(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("command did not stop after its context was cancelled")
 	}
+}
+
+// writeRewrites writes content to a new file in a test directory and returns its path.
+func writeRewrites(t *testing.T, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "rewrites.yaml")
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

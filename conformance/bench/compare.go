@@ -7,7 +7,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/eppkit/eppkit/conformance"
+	"github.com/eppkit/eppkit/conformance/harness"
 )
 
 // TargetRoundRobin names the baseline: the gateway stand-in without an EPP.
@@ -18,8 +18,8 @@ type CompareTarget struct {
 	// Name labels the policy in the table.
 	Name string
 	// Target and Source start its EPP; a nil Target is the round-robin gateway.
-	Target conformance.Target
-	Source conformance.EndpointSource
+	Target harness.Target
+	Source harness.EndpointSource
 	// ConfigFile is its EndpointPickerConfig ("" = the EPP's default).
 	ConfigFile string
 }

@@ -204,14 +204,22 @@ type streamChunk struct {
 	} `json:"usage"`
 }
 
-// sendOne sends r and fills o.
-func sendOne(ctx context.Context, client *http.Client, cfg LoadConfig, r *Request, start time.Time, o *Outcome) {
+// CompletionBody is the /v1/completions body the load generator sends for r: its model (r.Model,
+// or baseModel when that is ""), prompt and max_tokens, streamed with usage and ignore_eos. The
+// fleet simulation hands the same bytes to the EPP it drives in process.
+func CompletionBody(r *Request, baseModel string) []byte {
 	model := r.Model
 	if model == "" {
-		model = cfg.Model
+		model = baseModel
 	}
 	body, _ := json.Marshal(completionBody{Model: model, Prompt: r.Prompt, MaxTokens: r.OutputTokens, Stream: true,
 		StreamOptions: map[string]any{"include_usage": true}, IgnoreEOS: true})
+	return body
+}
+
+// sendOne sends r and fills o.
+func sendOne(ctx context.Context, client *http.Client, cfg LoadConfig, r *Request, start time.Time, o *Outcome) {
+	body := CompletionBody(r, cfg.Model)
 	o.PromptTokens = r.PromptTokens
 	rctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()

@@ -11,9 +11,8 @@ import (
 	"sync"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
+	"github.com/eppkit/eppkit/internal/procstat"
+	"github.com/eppkit/eppkit/internal/promscrape"
 )
 
 // Fake vLLM metric names the monitor reads (vLLM's names; fakes/vllm/metrics.go).
@@ -138,67 +137,18 @@ func (m *Monitor) sample(ctx context.Context, start time.Time) {
 	m.mu.Unlock()
 }
 
-// scrape reads the monitor's metrics from a Prometheus text endpoint; series are summed over
-// labels.
+// scrape reads the monitor's metrics from a Prometheus text endpoint (internal/promscrape);
+// series are summed over labels. A failed scrape is a sample with OK false.
 func scrape(ctx context.Context, c *http.Client, url string) EndpointSample {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	fams, err := promscrape.Get(ctx, c, url)
 	if err != nil {
 		return EndpointSample{}
 	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return EndpointSample{}
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return EndpointSample{}
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return EndpointSample{}
-	}
-	sum := func(name string) float64 {
-		f := fams[name]
-		if f == nil {
-			return 0
-		}
-		var v float64
-		for _, m := range f.GetMetric() {
-			v += value(m)
-		}
-		return v
-	}
-	hist := func(name string) (sum, count float64) {
-		f := fams[name]
-		if f == nil {
-			return 0, 0
-		}
-		for _, m := range f.GetMetric() {
-			if h := m.GetHistogram(); h != nil {
-				sum += h.GetSampleSum()
-				count += float64(h.GetSampleCount())
-			}
-		}
-		return sum, count
-	}
-	es := EndpointSample{Waiting: sum(metricWaiting), Running: sum(metricRunning), KV: sum(metricKVCacheUsage),
-		PrefixQueries: sum(metricPrefixQuery), PrefixHits: sum(metricPrefixHits), OK: true}
-	es.TTFTSum, es.TTFTCount = hist(metricTTFT)
-	es.QueueSum, _ = hist(metricQueueTime)
+	es := EndpointSample{Waiting: fams.Sum(metricWaiting), Running: fams.Sum(metricRunning), KV: fams.Sum(metricKVCacheUsage),
+		PrefixQueries: fams.Sum(metricPrefixQuery), PrefixHits: fams.Sum(metricPrefixHits), OK: true}
+	es.TTFTCount, es.TTFTSum = fams.Histogram(metricTTFT)
+	_, es.QueueSum = fams.Histogram(metricQueueTime)
 	return es
-}
-
-func value(m *dto.Metric) float64 {
-	switch {
-	case m.Gauge != nil:
-		return m.Gauge.GetValue()
-	case m.Counter != nil:
-		return m.Counter.GetValue()
-	case m.Untyped != nil:
-		return m.Untyped.GetValue()
-	}
-	return 0
 }
 
 // ReadProcStat returns the machine's cumulative busy and total CPU jiffies from the "cpu" line
@@ -277,15 +227,6 @@ func parseSelfStat(line string) (uint64, error) {
 	return u + s, nil
 }
 
-// LoadAverage returns /proc/loadavg's first three fields ("" when unreadable).
-func LoadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return ""
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return ""
-	}
-	return strings.Join(f[:3], " ")
-}
+// LoadAverage returns the 1-, 5- and 15-minute load average as /proc/loadavg writes it ("" when
+// unreadable; internal/procstat).
+func LoadAverage() string { return procstat.LoadAverageString() }

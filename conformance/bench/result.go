@@ -9,6 +9,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/eppkit/eppkit/internal/percentile"
 )
 
 // Thresholds of a step's validity and of "sustained".
@@ -234,9 +236,9 @@ func BuildResult(target string, spec Spec, steps []Step, load *Load, percentiles
 				}
 			}
 		}
-		sr.MedianQueue = Percentile(q, 50)
+		sr.MedianQueue = percentile.Of(q, 50)
 		for _, w := range perEndpoint {
-			sr.WorstEndpointMedianQueue = max(sr.WorstEndpointMedianQueue, Percentile(w, 50))
+			sr.WorstEndpointMedianQueue = max(sr.WorstEndpointMedianQueue, percentile.Of(w, 50))
 		}
 		sr.EngineTTFTMs, sr.EngineQueueMs = engineMeans(load.Samples, lo, hi)
 		sr.Sustained = sr.Metrics.Failed == 0 && sr.MedianQueue <= MaxSustainedMedianQueue
@@ -364,7 +366,7 @@ func endpointRows(load *Load) []EndpointRow {
 			r.MeanTTFTMs /= float64(ok)
 		}
 		if w := waits[n]; len(w) > 0 {
-			r.MedianWaiting = Percentile(w, 50)
+			r.MedianWaiting = percentile.Of(w, 50)
 			r.MaxWaiting = slices.Max(w)
 		}
 		if firstS != nil {
@@ -389,6 +391,9 @@ type BlockOptions struct {
 	PercentileMetrics []string
 	// Percentiles are vLLM's --metric-percentiles (default 99).
 	Percentiles []float64
+	// Goodput, when set, is printed as "Request goodput (req/s):" after the request throughput,
+	// as vLLM does with --goodput (see Goodput).
+	Goodput *float64
 }
 
 // PrintServingBlock writes m as `vllm bench serve` prints its result
@@ -415,6 +420,9 @@ func PrintServingBlock(w io.Writer, m Metrics, o BlockOptions) {
 	line("Total input tokens:", m.TotalInputTokens)
 	line("Total generated tokens:", m.TotalOutputTokens)
 	line("Request throughput (req/s):", f2(m.RequestThroughput))
+	if o.Goodput != nil {
+		line("Request goodput (req/s):", f2(*o.Goodput))
+	}
 	line("Output token throughput (tok/s):", f2(m.OutputThroughput))
 	line("Peak output token throughput (tok/s):", f2(m.MaxOutputTokensPerS))
 	line("Peak concurrent requests:", f2(float64(m.MaxConcurrentRequests)))

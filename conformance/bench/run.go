@@ -7,7 +7,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/eppkit/eppkit/conformance"
+	"github.com/eppkit/eppkit/conformance/harness"
 )
 
 // RunConfig configures Run: one target, one workload, one ladder.
@@ -68,7 +68,7 @@ func MakePlan(cfg RunConfig, adapters []string) (*Plan, error) {
 }
 
 // Run starts the environment, sends the plan through the gateway, stops the environment and
-// returns the result. Harness errors are returned as they are (*conformance.HarnessError).
+// returns the result. Harness errors are returned as they are (*harness.Error).
 func Run(ctx context.Context, cfg RunConfig) (*Result, error) {
 	if cfg.Burstiness == 0 {
 		cfg.Burstiness = 1
@@ -88,13 +88,13 @@ func Run(ctx context.Context, cfg RunConfig) (*Result, error) {
 	defer env.Close()
 	mon := &Monitor{Endpoints: env.MetricsURLs()}
 	started := time.Now()
-	load, err := RunLoad(ctx, LoadConfig{BaseURL: env.URL, Model: conformance.DefaultModelName, Requests: plan.Requests,
+	load, err := RunLoad(ctx, LoadConfig{BaseURL: env.URL, Model: harness.DefaultModelName, Requests: plan.Requests,
 		Arrivals: plan.Arrivals, MaxConcurrency: cfg.MaxConcurrency, Progress: cfg.Progress,
 		Description: fmt.Sprintf("%-18s", cfg.Env.Name), Monitor: mon})
 	if err != nil {
 		return nil, err
 	}
-	if exitErr := env.Suite.TargetExited(); exitErr != nil {
+	if exitErr := env.Suite.TargetExited(); exitErr != nil { // nil for the round-robin baseline
 		return nil, exitErr
 	}
 	r := BuildResult(cfg.Env.Name, cfg.Spec, cfg.Steps, load, cfg.Percentiles)

@@ -17,13 +17,13 @@ type shareGPTEntry struct {
 	} `json:"conversations"`
 }
 
-// genShareGPT reads s.Path and samples n requests from it (shuffled with rng, cycling when n is
-// larger than the usable conversations). As vLLM's ShareGPT sampler does
+// shareGPTPool reads s.Path and returns its usable conversations shuffled with rng; the
+// generator cycles through them. As vLLM's ShareGPT sampler does
 // (vllm/benchmarks/datasets.py ShareGPTDataset), conversations with fewer than two turns are
 // skipped, the first turn is the prompt and the second turn's length is the output length; prompts
 // under 4 tokens or outputs under 4 tokens are skipped. Output lengths are capped at
 // s.MaxOutputLen. Nothing is downloaded.
-func genShareGPT(rng *rand.Rand, s Spec, n int) ([]Request, error) {
+func shareGPTPool(rng *rand.Rand, s Spec) ([]Request, error) {
 	data, err := os.ReadFile(s.Path)
 	if err != nil {
 		return nil, fmt.Errorf("workload sharegpt: path: %w", err)
@@ -49,9 +49,5 @@ func genShareGPT(rng *rand.Rand, s Spec, n int) ([]Request, error) {
 		return nil, fmt.Errorf("workload sharegpt: %s has no conversation with two turns of at least 4 tokens each", s.Path)
 	}
 	rng.Shuffle(len(pool), func(i, j int) { pool[i], pool[j] = pool[j], pool[i] })
-	out := make([]Request, 0, n)
-	for i := range n {
-		out = append(out, pool[i%len(pool)])
-	}
-	return out, nil
+	return pool, nil
 }

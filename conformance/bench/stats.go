@@ -4,32 +4,9 @@ import (
 	"math"
 	"slices"
 	"strconv"
+
+	"github.com/eppkit/eppkit/internal/percentile"
 )
-
-// Percentile returns the p-th percentile (p in [0,100]) of xs with linear interpolation between
-// closest ranks: the value at fractional index p/100 × (n−1) of the sorted sample, as numpy's
-// default percentile (method "linear"), which vLLM's benchmark uses (vllm/benchmarks/serve.py
-// calculate_metrics: np.percentile). An empty sample gives 0. xs is not modified.
-func Percentile(xs []float64, p float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return percentileSorted(s, p)
-}
-
-func percentileSorted(s []float64, p float64) float64 {
-	if len(s) == 0 {
-		return 0
-	}
-	p = min(max(p, 0), 100)
-	idx := p / 100 * float64(len(s)-1)
-	lo := int(math.Floor(idx))
-	hi := min(lo+1, len(s)-1)
-	frac := idx - float64(lo)
-	return s[lo] + (s[hi]-s[lo])*frac
-}
 
 // Dist summarises a sample (units as the sample's: ms for latencies).
 type Dist struct {
@@ -60,10 +37,10 @@ func Summarise(xs []float64, percentiles []float64) Dist {
 			ss += (x - d.Mean) * (x - d.Mean)
 		}
 		d.Std = math.Sqrt(ss / float64(len(s)))
-		d.Median = percentileSorted(s, 50)
+		d.Median = percentile.Sorted(s, 50)
 	}
 	for _, p := range percentiles {
-		d.Percentiles[PercentileKey(p)] = percentileSorted(s, p)
+		d.Percentiles[PercentileKey(p)] = percentile.Sorted(s, p)
 	}
 	return d
 }

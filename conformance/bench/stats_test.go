@@ -15,34 +15,6 @@ import (
 	"github.com/eppkit/eppkit/fakes/vllm/engine"
 )
 
-func TestPercentileMatchesNumpyLinear(t *testing.T) {
-	// Expected values are numpy.percentile(xs, p) (method "linear").
-	for _, tc := range []struct {
-		xs   []float64
-		p    float64
-		want float64
-	}{
-		{[]float64{1, 2, 3, 4}, 90, 3.7},
-		{[]float64{1, 2, 3, 4}, 50, 2.5},
-		{[]float64{15, 20, 35, 40, 50}, 40, 29},
-		{[]float64{50, 15, 40, 20, 35}, 40, 29}, // unsorted input
-		{[]float64{3, 1, 2}, 0, 1},
-		{[]float64{3, 1, 2}, 100, 3},
-		{[]float64{7}, 99, 7},
-		{nil, 50, 0},
-		{[]float64{10, 20}, 99, 19.9},
-	} {
-		if got := Percentile(tc.xs, tc.p); math.Abs(got-tc.want) > 1e-9 {
-			t.Errorf("Percentile(%v, %v) = %v, want %v", tc.xs, tc.p, got, tc.want)
-		}
-	}
-	xs := []float64{3, 1, 2}
-	Percentile(xs, 50)
-	if !cmp.Equal(xs, []float64{3, 1, 2}) {
-		t.Fatalf("Percentile sorted its input: %v", xs)
-	}
-}
-
 func TestSummarise(t *testing.T) {
 	d := Summarise([]float64{2, 4, 4, 4, 5, 5, 7, 9}, []float64{90, 99.9})
 	want := Dist{N: 8, Mean: 5, Median: 4.5, Std: 2, Percentiles: map[string]float64{"p90": 7.6, "p99.9": 8.986}}

@@ -205,33 +205,83 @@ func (s Spec) Validate() error {
 // Generate returns n requests of the workload. Equal specs give equal requests. Errors name the
 // bad field (or, for sharegpt, the file problem).
 func Generate(spec Spec, n int) ([]Request, error) {
+	if n < 0 {
+		return nil, fmt.Errorf("workload: number of requests must not be negative, got %d", n)
+	}
+	g, err := NewGenerator(spec)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Request, n)
+	for i := range out {
+		out[i] = g.Next()
+	}
+	return out, nil
+}
+
+// Generator produces a workload's requests one at a time, in order: the i-th call of Next
+// returns what Generate's i-th request is, so a consumer that needs one request at a time (the
+// fleet simulation sends 100,000 requests of 8 KiB prompts) keeps only the workload's text (system
+// prompts, questions, prefixes) in memory instead of every prompt. Not safe for concurrent use.
+type Generator struct {
+	spec Spec
+	rng  *rand.Rand
+	n    int
+	next func() Request
+
+	// shared-prefix
+	systems      []string
+	questions    [][]string
+	questionLens [][]int
+	history      map[[2]int]*strings.Builder
+	histTokens   map[[2]int]int
+	lastOutput   map[[2]int]int
+	// prefix-repetition
+	prefixes []string
+	// sharegpt
+	pool []Request
+}
+
+// NewGenerator validates spec (zero fields take DefaultSpec's values) and draws the workload's
+// fixed text. Errors name the bad field (or, for sharegpt, the file problem).
+func NewGenerator(spec Spec) (*Generator, error) {
 	spec = spec.withDefaults()
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
-	if n < 0 {
-		return nil, fmt.Errorf("workload: number of requests must not be negative, got %d", n)
-	}
-	rng := rand.New(rand.NewPCG(uint64(spec.Seed), 0x6570706b6974)) // "eppkit"
-	var out []Request
-	var err error
+	g := &Generator{spec: spec, rng: rand.New(rand.NewPCG(uint64(spec.Seed), 0x6570706b6974))} // "eppkit"
 	switch spec.Name {
 	case WorkloadRandom, WorkloadMultiLoRA:
-		out = genRandom(rng, spec, n)
+		g.next = g.nextRandom
 	case WorkloadSharedPrefix:
-		out = genSharedPrefix(rng, spec, n)
+		g.initSharedPrefix()
+		g.next = g.nextSharedPrefix
 	case WorkloadPrefixRepetition:
-		out = genPrefixRepetition(rng, spec, n)
+		g.prefixes = make([]string, spec.NumPrefixes)
+		for i := range g.prefixes {
+			g.prefixes[i] = fmt.Sprintf("prefix%d ", i) + words(g.rng, spec.PrefixLen-1)
+		}
+		g.next = g.nextPrefixRepetition
 	case WorkloadShareGPT:
-		out, err = genShareGPT(rng, spec, n)
+		pool, err := shareGPTPool(g.rng, spec)
+		if err != nil {
+			return nil, err
+		}
+		g.pool = pool
+		g.next = func() Request { return g.pool[g.n%len(g.pool)] }
 	}
-	if err != nil {
-		return nil, err
-	}
-	for i := range out {
-		out[i].ID = i
-	}
-	return out, nil
+	return g, nil
+}
+
+// Spec returns the spec after defaults.
+func (g *Generator) Spec() Spec { return g.spec }
+
+// Next returns the next request; its ID is its index from 0.
+func (g *Generator) Next() Request {
+	r := g.next()
+	r.ID = g.n
+	g.n++
+	return r
 }
 
 // uniformLen draws a length uniform in [l×(1−r), l×(1+r)], at least 1.
@@ -245,82 +295,73 @@ func uniformLen(rng *rand.Rand, l int, r float64) int {
 	return lo + rng.IntN(hi-lo+1)
 }
 
-func genRandom(rng *rand.Rand, s Spec, n int) []Request {
-	out := make([]Request, 0, n)
-	for range n {
-		in := uniformLen(rng, s.InputLen, s.RangeRatio)
-		r := Request{Prompt: words(rng, in), PromptTokens: in, OutputTokens: uniformLen(rng, s.OutputLen, s.RangeRatio), Group: -1}
-		if len(s.Adapters) > 0 {
-			r.Model = s.Adapters[rng.IntN(len(s.Adapters))]
-		}
-		out = append(out, r)
+func (g *Generator) nextRandom() Request {
+	s, rng := &g.spec, g.rng
+	in := uniformLen(rng, s.InputLen, s.RangeRatio)
+	r := Request{Prompt: words(rng, in), PromptTokens: in, OutputTokens: uniformLen(rng, s.OutputLen, s.RangeRatio), Group: -1}
+	if len(s.Adapters) > 0 {
+		r.Model = s.Adapters[rng.IntN(len(s.Adapters))]
 	}
-	return out
+	return r
 }
 
-func genSharedPrefix(rng *rand.Rand, s Spec, n int) []Request {
-	systems := make([]string, s.Groups)
-	questions := make([][]string, s.Groups)
-	questionLens := make([][]int, s.Groups)
-	for g := range systems {
+func (g *Generator) initSharedPrefix() {
+	s, rng := &g.spec, g.rng
+	g.systems = make([]string, s.Groups)
+	g.questions = make([][]string, s.Groups)
+	g.questionLens = make([][]int, s.Groups)
+	for i := range g.systems {
 		// A group tag first, so that no two groups share even their first block by chance.
-		systems[g] = fmt.Sprintf("group%d ", g) + words(rng, s.SystemPromptLen-1)
-		questions[g] = make([]string, s.PromptsPerGroup)
-		questionLens[g] = make([]int, s.PromptsPerGroup)
-		for q := range questions[g] {
+		g.systems[i] = fmt.Sprintf("group%d ", i) + words(rng, s.SystemPromptLen-1)
+		g.questions[i] = make([]string, s.PromptsPerGroup)
+		g.questionLens[i] = make([]int, s.PromptsPerGroup)
+		for q := range g.questions[i] {
 			// uniformLen draws nothing when RangeRatio is 0, so fixed lengths keep the
 			// requests of earlier versions.
-			questionLens[g][q] = uniformLen(rng, s.QuestionLen, s.RangeRatio)
-			questions[g][q] = words(rng, questionLens[g][q])
+			g.questionLens[i][q] = uniformLen(rng, s.QuestionLen, s.RangeRatio)
+			g.questions[i][q] = words(rng, g.questionLens[i][q])
 		}
 	}
 	// Multi-turn conversation state per (group, question): the accumulated history and the
 	// output length of the conversation's last turn.
-	history := map[[2]int]*strings.Builder{}
-	histTokens := map[[2]int]int{}
-	lastOutput := map[[2]int]int{}
-	out := make([]Request, 0, n)
-	for range n {
-		g, q := rng.IntN(s.Groups), rng.IntN(s.PromptsPerGroup)
-		prompt := systems[g] + questions[g][q]
-		tokens := s.SystemPromptLen + questionLens[g][q]
-		output := uniformLen(rng, s.OutputLen, s.RangeRatio)
-		if s.MultiTurn {
-			k := [2]int{g, q}
-			h := history[k]
-			if h == nil {
-				h = &strings.Builder{}
-				h.WriteString(prompt)
-				history[k] = h
-				histTokens[k] = tokens
-			} else {
-				// Previous turn's stand-in answer (as long as that turn's output), then a new
-				// question.
-				ql := uniformLen(rng, s.QuestionLen, s.RangeRatio)
-				h.WriteString(words(rng, lastOutput[k]))
-				h.WriteString(words(rng, ql))
-				histTokens[k] += lastOutput[k] + ql
-			}
-			lastOutput[k] = output
-			prompt, tokens = h.String(), histTokens[k]
-		}
-		out = append(out, Request{Prompt: prompt, PromptTokens: tokens, OutputTokens: output, Group: g})
-	}
-	return out
+	g.history = map[[2]int]*strings.Builder{}
+	g.histTokens = map[[2]int]int{}
+	g.lastOutput = map[[2]int]int{}
 }
 
-func genPrefixRepetition(rng *rand.Rand, s Spec, n int) []Request {
-	prefixes := make([]string, s.NumPrefixes)
-	for i := range prefixes {
-		prefixes[i] = fmt.Sprintf("prefix%d ", i) + words(rng, s.PrefixLen-1)
+func (g *Generator) nextSharedPrefix() Request {
+	s, rng := &g.spec, g.rng
+	grp, q := rng.IntN(s.Groups), rng.IntN(s.PromptsPerGroup)
+	prompt := g.systems[grp] + g.questions[grp][q]
+	tokens := s.SystemPromptLen + g.questionLens[grp][q]
+	output := uniformLen(rng, s.OutputLen, s.RangeRatio)
+	if s.MultiTurn {
+		k := [2]int{grp, q}
+		h := g.history[k]
+		if h == nil {
+			h = &strings.Builder{}
+			h.WriteString(prompt)
+			g.history[k] = h
+			g.histTokens[k] = tokens
+		} else {
+			// Previous turn's stand-in answer (as long as that turn's output), then a new
+			// question.
+			ql := uniformLen(rng, s.QuestionLen, s.RangeRatio)
+			h.WriteString(words(rng, g.lastOutput[k]))
+			h.WriteString(words(rng, ql))
+			g.histTokens[k] += g.lastOutput[k] + ql
+		}
+		g.lastOutput[k] = output
+		prompt, tokens = h.String(), g.histTokens[k]
 	}
-	out := make([]Request, 0, n)
-	for range n {
-		p := rng.IntN(s.NumPrefixes)
-		out = append(out, Request{Prompt: prefixes[p] + words(rng, s.SuffixLen), PromptTokens: s.PrefixLen + s.SuffixLen,
-			OutputTokens: s.OutputLen, Group: p})
-	}
-	return out
+	return Request{Prompt: prompt, PromptTokens: tokens, OutputTokens: output, Group: grp}
+}
+
+func (g *Generator) nextPrefixRepetition() Request {
+	s, rng := &g.spec, g.rng
+	p := rng.IntN(s.NumPrefixes)
+	return Request{Prompt: g.prefixes[p] + words(rng, s.SuffixLen), PromptTokens: s.PrefixLen + s.SuffixLen,
+		OutputTokens: s.OutputLen, Group: p}
 }
 
 // WriteJSONL writes one Request per line.

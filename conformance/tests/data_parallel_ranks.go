@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/eppkit/eppkit/conformance"
+	"github.com/eppkit/eppkit/conformance/harness"
 	"github.com/eppkit/eppkit/fakes/gateway"
 )
 
@@ -42,7 +43,7 @@ func init() {
 	})
 }
 
-func runDataParallelRanks(t conformance.TestingT, s *conformance.Suite) {
+func runDataParallelRanks(t harness.TestingT, s *harness.Suite) {
 	dp := s.StartDataParallelPool(t, dpPods, dpRanks)
 	k := len(dp.Endpoints)
 	t.Logf("data-parallel pool: %d pods × %d ranks = %v", len(dp.Fleet.Members()), dp.Ranks, dp.Endpoints)
@@ -50,7 +51,7 @@ func runDataParallelRanks(t conformance.TestingT, s *conformance.Suite) {
 	// A picker choosing uniformly among the k endpoints misses a given one in n picks with
 	// probability (1-1/k)^n; n is the least count for which missing any is ≤ MaxFalseFailure
 	// (union bound). An EPP that ignores ranks ≥ 1 never picks them and fails for sure.
-	n := int(math.Ceil(math.Log(conformance.MaxFalseFailure/float64(k)) / math.Log(1-1/float64(k))))
+	n := int(math.Ceil(math.Log(harness.MaxFalseFailure/float64(k)) / math.Log(1-1/float64(k))))
 	t.Logf("%d requests: a uniform picker misses one of %d endpoints with probability ≤ %.3g (seed %d)",
 		n, k, float64(k)*math.Pow(1-1/float64(k), float64(n)), s.Seed)
 
@@ -101,7 +102,7 @@ func runDataParallelRanks(t conformance.TestingT, s *conformance.Suite) {
 
 	// Each rank must itself have served what was sent to it: its own request counter grew by
 	// the number of requests the gateway forwarded to its port.
-	conformance.MustEventually(t, s, s.Timeouts.MetricsPropagation.D(), 1, func() error {
+	harness.MustEventually(t, s, s.Timeouts.MetricsPropagation.D(), 1, func() error {
 		after, err := dp.RankSuccesses(ctx)
 		if err != nil {
 			return err
@@ -121,7 +122,7 @@ func runDataParallelRanks(t conformance.TestingT, s *conformance.Suite) {
 
 // sendDP posts a completion through the data-parallel pool's gateway and returns the rank
 // endpoint (ip:port) it was forwarded to, checking that the answer is a 200 from that pool.
-func sendDP(s *conformance.Suite, dp *conformance.DataParallelPool, body []byte) (string, error) {
+func sendDP(s *harness.Suite, dp *harness.DataParallelPool, body []byte) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.Timeouts.Request.D())
 	defer cancel()
 	res, err := dp.Gateway.Do(ctx, &gateway.Request{Method: http.MethodPost, Path: pathCompletions,

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/eppkit/eppkit/conformance"
+	"github.com/eppkit/eppkit/conformance/harness"
 )
 
 func init() {
@@ -25,9 +26,9 @@ func init() {
 	})
 }
 
-func runEndpointChurn(t conformance.TestingT, s *conformance.Suite) {
+func runEndpointChurn(t harness.TestingT, s *harness.Suite) {
 	if !s.CanEditPool() {
-		conformance.Skip(t, "the endpoint source cannot add or remove pool members (run with --endpoint-source apiserver)")
+		harness.Skip(t, "the endpoint source cannot add or remove pool members (run with --endpoint-source apiserver)")
 	}
 	pool := requireEndpoints(t, s, 2)
 	c := s.ExtProc(t)
@@ -65,7 +66,7 @@ func runEndpointChurn(t conformance.TestingT, s *conformance.Suite) {
 		}
 	})
 	start := time.Now()
-	conformance.MustEventually(t, s, s.Timeouts.EndpointChange.D(), s.Timeouts.RequiredConsecutiveSuccesses, func() error {
+	harness.MustEventually(t, s, s.Timeouts.EndpointChange.D(), s.Timeouts.RequiredConsecutiveSuccesses, func() error {
 		for i := 0; i < batch; i++ {
 			hit, err := picks(out)
 			if err != nil {
@@ -97,7 +98,7 @@ func runEndpointChurn(t conformance.TestingT, s *conformance.Suite) {
 	}
 	removed = false
 	start = time.Now()
-	conformance.MustEventually(t, s, s.Timeouts.EndpointChange.D(), 1, func() error {
+	harness.MustEventually(t, s, s.Timeouts.EndpointChange.D(), 1, func() error {
 		for i := 0; i < 4*len(pool); i++ {
 			hit, err := picks(out)
 			if err != nil {

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/eppkit/eppkit/conformance"
+	"github.com/eppkit/eppkit/conformance/harness"
 	"github.com/eppkit/eppkit/fakes/gateway/extprocclient"
 )
 
@@ -21,7 +22,7 @@ func init() {
 	})
 }
 
-func runEPPEmptySubset503(t conformance.TestingT, s *conformance.Suite) {
+func runEPPEmptySubset503(t harness.TestingT, s *harness.Suite) {
 	c := s.ExtProc(t)
 	r := s.Rand(t)
 	// Chat and completions; each on its own stream. A control request without a hint first shows
@@ -39,7 +40,7 @@ func runEPPEmptySubset503(t conformance.TestingT, s *conformance.Suite) {
 }
 
 // mustRefuse fails the test unless the EPP answered with an ImmediateResponse of status want.
-func mustRefuse(t conformance.TestingT, s *conformance.Suite, d *extprocclient.Decision, req extprocclient.Request, want int) {
+func mustRefuse(t harness.TestingT, s *harness.Suite, d *extprocclient.Decision, req extprocclient.Request, want int) {
 	t.Helper()
 	if d.Immediate == nil {
 		t.Fatalf("%s: want ImmediateResponse %d, EPP routed to %q (header %q, metadata %q) (seed %d)",

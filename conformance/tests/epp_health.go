@@ -10,6 +10,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/eppkit/eppkit/conformance"
+	"github.com/eppkit/eppkit/conformance/harness"
 )
 
 // requiredHealthServices are the gRPC health service names GIE proposal 004 ("Health Checking")
@@ -30,7 +31,7 @@ func init() {
 	})
 }
 
-func runEPPHealth(t conformance.TestingT, s *conformance.Suite) {
+func runEPPHealth(t harness.TestingT, s *harness.Suite) {
 	if s.HealthAddress == "" {
 		t.Fatalf("precondition: no gRPC health address for the target")
 	}
@@ -47,7 +48,7 @@ func runEPPHealth(t conformance.TestingT, s *conformance.Suite) {
 	for _, name := range requiredHealthServices {
 		// The harness waited for readiness already, so SERVING must hold on consecutive checks
 		// within one request timeout.
-		conformance.MustEventually(t, s, s.Timeouts.Request.D(), s.Timeouts.RequiredConsecutiveSuccesses, func() error {
+		harness.MustEventually(t, s, s.Timeouts.Request.D(), s.Timeouts.RequiredConsecutiveSuccesses, func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), s.Timeouts.Request.D())
 			defer cancel()
 			resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: name})

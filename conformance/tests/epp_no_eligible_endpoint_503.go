@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/eppkit/eppkit/conformance"
+	"github.com/eppkit/eppkit/conformance/harness"
 )
 
 func init() {
@@ -30,7 +31,7 @@ func init() {
 // outsideAddrs are addresses that are never pool members: TEST-NET-1 (RFC 5737).
 var outsideAddrs = []string{"192.0.2.1", "192.0.2.77"}
 
-func runEPPNoEligibleEndpoint503(t conformance.TestingT, s *conformance.Suite) {
+func runEPPNoEligibleEndpoint503(t harness.TestingT, s *harness.Suite) {
 	pool := requireEndpoints(t, s, 1)
 	c := s.ExtProc(t)
 	r := s.Rand(t)
@@ -61,7 +62,7 @@ func runEPPNoEligibleEndpoint503(t conformance.TestingT, s *conformance.Suite) {
 		if len(marked) == 0 {
 			return
 		}
-		err := conformance.Eventually(s.Timeouts.EndpointChange.D(), s.Timeouts.Poll.D(), 1, func() error {
+		err := harness.Eventually(s.Timeouts.EndpointChange.D(), s.Timeouts.Poll.D(), 1, func() error {
 			d, err := tryExchange(s, c, chatRequest(s, uniquePrompt(s, t, r, 12), nil))
 			if err != nil {
 				return err
@@ -79,7 +80,7 @@ func runEPPNoEligibleEndpoint503(t conformance.TestingT, s *conformance.Suite) {
 		ctx, cancel := context.WithTimeout(context.Background(), s.Timeouts.EndpointChange.D())
 		err := s.SetEndpointReady(ctx, a, false)
 		cancel()
-		if errors.Is(err, conformance.ErrUnsupported) {
+		if errors.Is(err, harness.ErrUnsupported) {
 			t.Logf("empty-pool half not run: the endpoint source cannot mark endpoints not ready (%v)", err)
 			return
 		}
@@ -88,7 +89,7 @@ func runEPPNoEligibleEndpoint503(t conformance.TestingT, s *conformance.Suite) {
 		}
 		marked = append(marked, a)
 	}
-	conformance.MustEventually(t, s, s.Timeouts.EndpointChange.D(), s.Timeouts.RequiredConsecutiveSuccesses, func() error {
+	harness.MustEventually(t, s, s.Timeouts.EndpointChange.D(), s.Timeouts.RequiredConsecutiveSuccesses, func() error {
 		req := chatRequest(s, uniquePrompt(s, t, r, 12), nil)
 		d, err := tryExchange(s, c, req)
 		switch {

@@ -2,6 +2,7 @@ package tests
 
 import (
 	"github.com/eppkit/eppkit/conformance"
+	"github.com/eppkit/eppkit/conformance/harness"
 	"github.com/eppkit/eppkit/fakes/gateway/extprocclient"
 )
 
@@ -24,7 +25,7 @@ func init() {
 	})
 }
 
-func runEPPPickHeaderAndMetadata(t conformance.TestingT, s *conformance.Suite) {
+func runEPPPickHeaderAndMetadata(t harness.TestingT, s *harness.Suite) {
 	c := s.ExtProc(t)
 	r := s.Rand(t)
 	both, headerOnly, metadataOnly := 0, 0, 0

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/eppkit/eppkit/conformance"
+	"github.com/eppkit/eppkit/conformance/harness"
 )
 
 func init() {
@@ -24,7 +25,7 @@ func init() {
 	})
 }
 
-func runEPPPickIsReadyEndpoint(t conformance.TestingT, s *conformance.Suite) {
+func runEPPPickIsReadyEndpoint(t harness.TestingT, s *harness.Suite) {
 	pool := requireEndpoints(t, s, 2)
 	c := s.ExtProc(t)
 	r := s.Rand(t)
@@ -45,7 +46,7 @@ func runEPPPickIsReadyEndpoint(t conformance.TestingT, s *conformance.Suite) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.Timeouts.EndpointChange.D())
 	err := s.SetEndpointReady(ctx, out, false)
 	cancel()
-	if errors.Is(err, conformance.ErrUnsupported) {
+	if errors.Is(err, harness.ErrUnsupported) {
 		t.Logf("not-ready half not run: the endpoint source cannot mark an endpoint not ready (%v)", err)
 		return
 	}
@@ -61,7 +62,7 @@ func runEPPPickIsReadyEndpoint(t conformance.TestingT, s *conformance.Suite) {
 		}
 		// Leave the pool as found: wait until the EPP routes to the endpoint again. No Fatalf in
 		// a cleanup: failures are reported with Errorf.
-		err := conformance.Eventually(s.Timeouts.EndpointChange.D(), s.Timeouts.Poll.D(), 1, func() error {
+		err := harness.Eventually(s.Timeouts.EndpointChange.D(), s.Timeouts.Poll.D(), 1, func() error {
 			req := chatRequest(s, uniquePrompt(s, t, r, 12), []string{out})
 			d, err := tryExchange(s, c, req)
 			if err != nil {
@@ -80,7 +81,7 @@ func runEPPPickIsReadyEndpoint(t conformance.TestingT, s *conformance.Suite) {
 	// Until the EPP observes the change it may still pick the endpoint; a batch of picks all
 	// avoiding it, RequiredConsecutiveSuccesses times in a row, shows it did.
 	batch := 2 * len(pool)
-	conformance.MustEventually(t, s, s.Timeouts.EndpointChange.D(), s.Timeouts.RequiredConsecutiveSuccesses, func() error {
+	harness.MustEventually(t, s, s.Timeouts.EndpointChange.D(), s.Timeouts.RequiredConsecutiveSuccesses, func() error {
 		for i := 0; i < batch; i++ {
 			req := chatRequest(s, uniquePrompt(s, t, r, 12), nil)
 			d := exchange(t, s, c, req)

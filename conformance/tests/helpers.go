@@ -17,7 +17,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/eppkit/eppkit/conformance"
+	"github.com/eppkit/eppkit/conformance/harness"
 	"github.com/eppkit/eppkit/fakes/gateway/extprocclient"
 )
 
@@ -28,6 +28,10 @@ const (
 	// authority is the :authority the tests send (any host works for an EPP).
 	authority = "eppkit-conformance"
 )
+
+// variantPods is the number of pods of a fleet variant's pool (harness.FleetVariant): as many
+// as the run's default fleet, so its statistical plan is the main fleet's.
+const variantPods = harness.DefaultFleetSize
 
 // chatBody is a chat completion request for model with one user message, max_tokens 1 (the
 // routing tests do not need long answers).
@@ -53,7 +57,7 @@ func completionBody(model, prompt string, extra map[string]any) []byte {
 
 // chatRequest is an ext_proc request carrying a chat completion for prompt; hint is the subset
 // hint (nil = none).
-func chatRequest(s *conformance.Suite, prompt string, hint []string) extprocclient.Request {
+func chatRequest(s *harness.Suite, prompt string, hint []string) extprocclient.Request {
 	body := chatBody(s.ModelName, prompt)
 	return extprocclient.Request{
 		Headers:    extprocclient.RequestHeaders("POST", pathChat, authority, body, nil),
@@ -64,7 +68,7 @@ func chatRequest(s *conformance.Suite, prompt string, hint []string) extprocclie
 
 // uniquePrompt returns a prompt that shares no prefix-cache block with any other prompt of the
 // run: it starts with 16 random hex characters from r, then the test's nonce, then words.
-func uniquePrompt(s *conformance.Suite, t conformance.TestingT, r *rand.Rand, words int) string {
+func uniquePrompt(s *harness.Suite, t harness.TestingT, r *rand.Rand, words int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%016x %s", r.Uint64(), s.Nonce(t))
 	for i := 0; i < words; i++ {
@@ -80,7 +84,7 @@ var vocabulary = strings.Fields(`the a model server request token cache prefix b
 	stream metric ready serving weight random seed value shape order chunk header body route`)
 
 // testContext returns a context bounded by the whole-test timeout, cancelled in Cleanup.
-func testContext(t conformance.TestingT, s *conformance.Suite) context.Context {
+func testContext(t harness.TestingT, s *harness.Suite) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), s.Timeouts.TestTimeout.D())
 	t.Cleanup(cancel)
 	return ctx
@@ -88,7 +92,7 @@ func testContext(t conformance.TestingT, s *conformance.Suite) context.Context {
 
 // openStream opens an ext_proc stream on c bounded by the test's context; it is closed in
 // Cleanup. It fails the test when the stream cannot be opened.
-func openStream(t conformance.TestingT, s *conformance.Suite, c *extprocclient.Client) *extprocclient.Stream {
+func openStream(t harness.TestingT, s *harness.Suite, c *extprocclient.Client) *extprocclient.Stream {
 	t.Helper()
 	st, err := c.Open(testContext(t, s))
 	if err != nil {
@@ -101,7 +105,7 @@ func openStream(t conformance.TestingT, s *conformance.Suite, c *extprocclient.C
 // exchange runs the request phases of req on a new stream of c (one stream per HTTP request, as
 // Envoy does), closes the stream, and returns the EPP's answer; it fails the test on a stream
 // error, a timeout or a protocol violation.
-func exchange(t conformance.TestingT, s *conformance.Suite, c *extprocclient.Client, req extprocclient.Request) *extprocclient.Decision {
+func exchange(t harness.TestingT, s *harness.Suite, c *extprocclient.Client, req extprocclient.Request) *extprocclient.Decision {
 	t.Helper()
 	d, err := tryExchange(s, c, req)
 	if err != nil {
@@ -111,7 +115,7 @@ func exchange(t conformance.TestingT, s *conformance.Suite, c *extprocclient.Cli
 }
 
 // exchangeOn is exchange on an open stream.
-func exchangeOn(t conformance.TestingT, s *conformance.Suite, st *extprocclient.Stream, req extprocclient.Request) *extprocclient.Decision {
+func exchangeOn(t harness.TestingT, s *harness.Suite, st *extprocclient.Stream, req extprocclient.Request) *extprocclient.Decision {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), s.Timeouts.Request.D())
 	defer cancel()
@@ -142,7 +146,7 @@ func describe(req extprocclient.Request) string {
 
 // mustRoute fails the test unless the EPP answered with a pick (no ImmediateResponse) that
 // satisfies the protocol (see pickProblem); it returns the pick's addresses.
-func mustRoute(t conformance.TestingT, s *conformance.Suite, d *extprocclient.Decision, req extprocclient.Request) []string {
+func mustRoute(t harness.TestingT, s *harness.Suite, d *extprocclient.Decision, req extprocclient.Request) []string {
 	t.Helper()
 	if d.Immediate != nil {
 		t.Fatalf("EPP refused a valid request (%s) with ImmediateResponse %d: %s", describe(req), d.Immediate.Status, strings.TrimSpace(string(d.Immediate.Body)))
@@ -158,7 +162,7 @@ func mustRoute(t conformance.TestingT, s *conformance.Suite, d *extprocclient.De
 // x-gateway-destination-endpoint and/or the dynamic metadata envoy.lb /
 // x-gateway-destination-endpoint; when both are set they are equal; it is a non-empty comma
 // list of ip:port, each an endpoint of the pool. It returns the addresses and "" or the problem.
-func pickProblem(s *conformance.Suite, d *extprocclient.Decision) ([]string, string) {
+func pickProblem(s *harness.Suite, d *extprocclient.Decision) ([]string, string) {
 	h, m := d.PickHeader, d.PickMetadata
 	switch {
 	case h == "" && m == "":
@@ -207,7 +211,7 @@ func hostOf(addr string) string {
 
 // requireLoopbackFleet fails the test when fleet members share one IP (the 127.0.0.1
 // distinct-port fallback): rules that match endpoints by IP cannot be told apart there.
-func requireLoopbackFleet(t conformance.TestingT, s *conformance.Suite) {
+func requireLoopbackFleet(t harness.TestingT, s *harness.Suite) {
 	t.Helper()
 	if !s.DistinctIPs() {
 		t.Fatalf("precondition: this test needs fleet members on distinct IPs (127.0.10.x); this host fell back to distinct ports on 127.0.0.1, where matching by IP cannot tell endpoints apart")
@@ -215,7 +219,7 @@ func requireLoopbackFleet(t conformance.TestingT, s *conformance.Suite) {
 }
 
 // requireEndpoints fails the test unless the pool has at least n endpoints.
-func requireEndpoints(t conformance.TestingT, s *conformance.Suite, n int) []string {
+func requireEndpoints(t harness.TestingT, s *harness.Suite, n int) []string {
 	t.Helper()
 	pool := s.Endpoints()
 	if len(pool) < n {
@@ -224,15 +228,15 @@ func requireEndpoints(t conformance.TestingT, s *conformance.Suite, n int) []str
 	return pool
 }
 
-// mustTrials is conformance.DeterministicTrials that fails the test on an error, and logs m.
-func mustTrials(t conformance.TestingT, chance float64, what string) int {
+// mustTrials is harness.DeterministicTrials that fails the test on an error, and logs m.
+func mustTrials(t harness.TestingT, chance float64, what string) int {
 	t.Helper()
-	m, err := conformance.DeterministicTrials(chance)
+	m, err := harness.DeterministicTrials(chance)
 	if err != nil {
 		t.Fatalf("%v", err)
 	}
 	t.Logf("%d trials: a picker that %s only by chance (p=%.4g per trial) passes all with probability %.3g ≤ %g",
-		m, what, chance, pow(chance, m), conformance.MaxFalsePass)
+		m, what, chance, pow(chance, m), harness.MaxFalsePass)
 	return m
 }
 
@@ -246,7 +250,7 @@ func pow(x float64, n int) float64 {
 
 // tryExchange is exchange that returns errors instead of failing the test (for cleanups and
 // polling); the stream is closed before it returns.
-func tryExchange(s *conformance.Suite, c *extprocclient.Client, req extprocclient.Request) (*extprocclient.Decision, error) {
+func tryExchange(s *harness.Suite, c *extprocclient.Client, req extprocclient.Request) (*extprocclient.Decision, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.Timeouts.Request.D())
 	defer cancel()
 	st, err := c.Open(ctx)

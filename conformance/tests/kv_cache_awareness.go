@@ -4,10 +4,11 @@ import (
 	"math/rand/v2"
 
 	"github.com/eppkit/eppkit/conformance"
+	"github.com/eppkit/eppkit/conformance/harness"
 	"github.com/eppkit/eppkit/fakes/vllm"
 )
 
-// Rule constants of KVCacheAwareness (SPEC §6).
+// Rule constants of KVCacheAwareness (SPEC §6), shared by ReferenceKVCacheLegacyMetricName.
 const (
 	// kvFull is the least KV-cache use pinned on the loaded endpoint, kvLowMax the most on others.
 	kvFull, kvLowMax = 0.95, 0.2
@@ -19,22 +20,32 @@ func init() {
 	conformance.Register(conformance.ConformanceTest{
 		ShortName: "KVCacheAwareness",
 		Description: "An endpoint whose KV cache is nearly full (use ≥ 0.95 while every other endpoint's is ≤ 0.2) MUST receive " +
-			"at most 5% of new requests with unique prompts.",
+			"at most 5% of new requests with unique prompts, with the model servers exporting the KV-cache gauge under " +
+			"current vLLM's name (vllm:kv_cache_usage_perc).",
 		Level:    conformance.LevelUpstream,
 		Profile:  conformance.ProfileEPPRouting,
 		Features: []conformance.Feature{conformance.FeatureKVCacheAwareness},
-		Preconditions: []string{"the EPP scrapes vllm:kv_cache_usage_perc from the model servers' /metrics (e.g. kv-cache-utilization-scorer)",
-			"the EPP observes new metrics within metricsPropagation"},
-		Source: "SPEC §3 kv-cache-utilization-scorer and §6 KVCacheAwareness (upstream v1.5.0 pkg/epp/scheduling/framework/plugins/scorer/kvcache_utilization.go)",
-		Run:    runKVCacheAwareness,
+		Preconditions: []string{"the EPP scrapes the KV-cache gauge from the model servers' /metrics (e.g. kv-cache-utilization-scorer)",
+			"the EPP observes new metrics within metricsPropagation",
+			"the run's fleet exports current vLLM names (--metrics-names current: vllm:kv_cache_usage_perc only), so an EPP " +
+				"that reads only the name of vLLM before v0.10 fails; the legacy name is ReferenceKVCacheLegacyMetricName's"},
+		Source: "SPEC §3 kv-cache-utilization-scorer, §6 KVCacheAwareness and §7.1 metric-name generations (upstream v1.5.0 " +
+			"pkg/epp/scheduling/framework/plugins/scorer/kvcache_utilization.go and " +
+			"pkg/epp/datalayer/extractor/metrics/factories.go defaultEngineConfigs; GIE PR #1905 renamed the gauge's default; " +
+			"vLLM vllm/v1/metrics/loggers.py)",
+		Run: runKVCacheAwareness,
 	})
 }
 
-func runKVCacheAwareness(t conformance.TestingT, s *conformance.Suite) {
-	runLoadedEndpointAvoided(t, s, "the full KV cache", kvRuleRate, func(r *rand.Rand, isLoaded bool) vllm.FakeMetrics {
-		if isLoaded {
-			return vllm.FakeMetrics{RunningRequests: 2, KVCacheUsage: kvFull + (1-kvFull)*r.Float64()}
-		}
-		return vllm.FakeMetrics{RunningRequests: 2, KVCacheUsage: kvLowMax * r.Float64()}
-	})
+func runKVCacheAwareness(t harness.TestingT, s *harness.Suite) {
+	runLoadedEndpointAvoided(t, s, "the full KV cache", kvRuleRate, fullKVPin)
+}
+
+// fullKVPin pins the loaded endpoint's KV use to kvFull or more and every other's to kvLowMax
+// or less, with equal running counts and empty queues.
+func fullKVPin(r *rand.Rand, isLoaded bool) vllm.FakeMetrics {
+	if isLoaded {
+		return vllm.FakeMetrics{RunningRequests: 2, KVCacheUsage: kvFull + (1-kvFull)*r.Float64()}
+	}
+	return vllm.FakeMetrics{RunningRequests: 2, KVCacheUsage: kvLowMax * r.Float64()}
 }

@@ -1,9 +1,11 @@
 package tests
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/eppkit/eppkit/conformance"
+	"github.com/eppkit/eppkit/conformance/harness"
 	"github.com/eppkit/eppkit/fakes/vllm"
 )
 
@@ -11,23 +13,31 @@ func init() {
 	conformance.Register(conformance.ConformanceTest{
 		ShortName: "LoRAAffinity",
 		Description: "Requests for a LoRA adapter that is running on exactly one endpoint, which has capacity, MUST go to that " +
-			"endpoint.",
+			"endpoint; model servers without LoRA, which export no vllm:lora_requests_info, MUST still be routed by their load " +
+			"(an endpoint with a deep waiting queue gets at most 5% of new requests).",
 		Level:    conformance.LevelUpstream,
 		Profile:  conformance.ProfileEPPRouting,
 		Features: []conformance.Feature{conformance.FeatureLoRAAffinity},
 		Preconditions: []string{"the EPP scores LoRA affinity from vllm:lora_requests_info (e.g. lora-affinity-scorer)",
-			"the EPP observes new metrics within metricsPropagation"},
-		Source: "SPEC §3 lora-affinity-scorer and §6 LoRAAffinity (upstream v1.5.0 pkg/epp/scheduling/framework/plugins/scorer/lora_affinity.go)",
-		Run:    runLoRAAffinity,
+			"the EPP observes new metrics within metricsPropagation",
+			"the run's fleet has LoRA on: every fake serves " + strconv.Itoa(harness.DefaultAdaptersPerServer) + " adapters of its own",
+			"a second pool of " + strconv.Itoa(variantPods) + " fakes with LoRA off (vLLM without --enable-lora: no " +
+				"vllm:lora_requests_info family) and its own instance of the EPP (the run's config) gets base-model requests " +
+				"while one endpoint has a deep waiting queue, so the EPP must also be queue-aware (e.g. queue-scorer); the address " +
+				"and cluster targets, which run one EPP, check only the run's fleet (the log says so)"},
+		Source: "SPEC §3 lora-affinity-scorer, §6 LoRAAffinity and §7.1 LoRA info only with LoRA (upstream v1.5.0 " +
+			"pkg/epp/scheduling/framework/plugins/scorer/lora_affinity.go; vLLM vllm/v1/metrics/loggers.py registers the family " +
+			"only with a LoRA config; llm-d-router #926: an EPP that errors on the missing family)",
+		Run: runLoRAAffinity,
 	})
 }
 
-func runLoRAAffinity(t conformance.TestingT, s *conformance.Suite) {
+func runLoRAAffinity(t harness.TestingT, s *harness.Suite) {
 	pool := requireEndpoints(t, s, 2)
 	r := s.Rand(t)
-	plan := conformance.MustPlan(t, conformance.Shape{
-		Outcome: "adapter requests sent to the endpoint running the adapter", Tail: conformance.AtLeast,
-		Compliant: 1 - conformance.Exploration, Random: 1 / float64(len(pool)),
+	plan := harness.MustPlan(t, harness.Shape{
+		Outcome: "adapter requests sent to the endpoint running the adapter", Tail: harness.AtLeast,
+		Compliant: 1 - harness.Exploration, Random: 1 / float64(len(pool)),
 	})
 	// The harness gives each member adapters whose names are unique across the fleet, so only
 	// this member serves the adapter (another member would answer 404). The fakes' adapter slots
@@ -55,4 +65,12 @@ func runLoRAAffinity(t conformance.TestingT, s *conformance.Suite) {
 	eps := sendAll(t, s, plan.N, func(int) (string, []byte) { return mk() })
 	t.Logf("picks: %v", histogram(eps))
 	plan.Check(t, s, count(eps, home), len(eps))
+
+	if why := s.SidePoolUnsupported(); why != "" {
+		t.Logf("servers without LoRA (no vllm:lora_requests_info) not checked: %s", why)
+		return
+	}
+	noLoRA := s.StartVariantPool(t, harness.FleetVariant{Name: "no-lora", Pods: variantPods})
+	t.Logf("pool with LoRA off (no vllm:lora_requests_info): %v", noLoRA.Endpoints())
+	runLoadedEndpointAvoided(t, noLoRA, "the deep queue (servers without LoRA)", queueRuleRate, deepQueuePin)
 }

@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/eppkit/eppkit/conformance"
+	"github.com/eppkit/eppkit/conformance/harness"
 	"github.com/eppkit/eppkit/fakes/gateway/extprocclient"
 )
 
@@ -32,7 +33,7 @@ func badRequestCases(model string) []struct{ name, path, body string } {
 	}
 }
 
-func runOpenAIBadRequest400(t conformance.TestingT, s *conformance.Suite) {
+func runOpenAIBadRequest400(t harness.TestingT, s *harness.Suite) {
 	c := s.ExtProc(t)
 	r := s.Rand(t)
 	for _, bc := range badRequestCases(s.ModelName) {

@@ -2,6 +2,7 @@ package tests
 
 import (
 	"github.com/eppkit/eppkit/conformance"
+	"github.com/eppkit/eppkit/conformance/harness"
 	"github.com/eppkit/eppkit/fakes/gateway/extprocclient"
 )
 
@@ -19,7 +20,7 @@ func init() {
 	})
 }
 
-func runOpenAIHeadersOnlyPick(t conformance.TestingT, s *conformance.Suite) {
+func runOpenAIHeadersOnlyPick(t harness.TestingT, s *harness.Suite) {
 	c := s.ExtProc(t)
 	for _, hr := range []struct{ method, path string }{{"GET", "/v1/models"}, {"POST", pathCompletions}} {
 		req := extprocclient.Request{Headers: extprocclient.RequestHeaders(hr.method, hr.path, authority, nil, nil)}

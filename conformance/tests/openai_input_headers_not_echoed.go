@@ -4,12 +4,13 @@ import (
 	"strings"
 
 	"github.com/eppkit/eppkit/conformance"
+	"github.com/eppkit/eppkit/conformance/harness"
 	"github.com/eppkit/eppkit/fakes/gateway/extprocclient"
 )
 
 // gatewayInputHeaders are the headers a gateway (or client) sends the EPP as input (SPEC §5.2).
 // The model-name rewrite names the base model itself, so honouring it changes nothing.
-func gatewayInputHeaders(s *conformance.Suite, nonce string) map[string]string {
+func gatewayInputHeaders(s *harness.Suite, nonce string) map[string]string {
 	return map[string]string{
 		"x-gateway-inference-objective":   "conformance-objective-" + nonce,
 		"x-gateway-inference-fairness-id": "conformance-fairness-" + nonce,
@@ -31,7 +32,7 @@ func init() {
 	})
 }
 
-func runOpenAIInputHeadersNotEchoed(t conformance.TestingT, s *conformance.Suite) {
+func runOpenAIInputHeadersNotEchoed(t harness.TestingT, s *harness.Suite) {
 	c := s.ExtProc(t)
 	r := s.Rand(t)
 	for i := 0; i < 4; i++ {

@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/eppkit/eppkit/conformance"
+	"github.com/eppkit/eppkit/conformance/harness"
 	"github.com/eppkit/eppkit/fakes/gateway/extprocclient"
 )
 
@@ -29,7 +30,7 @@ func init() {
 	})
 }
 
-func runOpenAILargeBodyChunked(t conformance.TestingT, s *conformance.Suite) {
+func runOpenAILargeBodyChunked(t harness.TestingT, s *harness.Suite) {
 	c := s.ExtProc(t)
 	r := s.Rand(t)
 	var prompt strings.Builder

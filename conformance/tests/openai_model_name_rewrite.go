@@ -7,6 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/eppkit/eppkit/conformance"
+	"github.com/eppkit/eppkit/conformance/harness"
 	"github.com/eppkit/eppkit/fakes/gateway/extprocclient"
 )
 
@@ -27,7 +28,7 @@ func init() {
 	})
 }
 
-func runOpenAIModelNameRewrite(t conformance.TestingT, s *conformance.Suite) {
+func runOpenAIModelNameRewrite(t harness.TestingT, s *harness.Suite) {
 	c := s.ExtProc(t)
 	r := s.Rand(t)
 	if len(s.LoRAAdapters) == 0 || len(s.LoRAAdapters[0]) == 0 {

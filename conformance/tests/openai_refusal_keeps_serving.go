@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"github.com/eppkit/eppkit/conformance"
+	"github.com/eppkit/eppkit/conformance/harness"
 	"github.com/eppkit/eppkit/fakes/gateway/extprocclient"
 )
 
@@ -28,7 +29,7 @@ func init() {
 	})
 }
 
-func runOpenAIRefusalKeepsServing(t conformance.TestingT, s *conformance.Suite) {
+func runOpenAIRefusalKeepsServing(t harness.TestingT, s *harness.Suite) {
 	c := s.ExtProc(t)
 	r := s.Rand(t)
 	for _, bc := range badRequestCases(s.ModelName) {

@@ -2,6 +2,7 @@ package tests
 
 import (
 	"github.com/eppkit/eppkit/conformance"
+	"github.com/eppkit/eppkit/conformance/harness"
 	"github.com/eppkit/eppkit/fakes/gateway/extprocclient"
 )
 
@@ -22,7 +23,7 @@ func init() {
 	})
 }
 
-func runOpenAIRequestID(t conformance.TestingT, s *conformance.Suite) {
+func runOpenAIRequestID(t harness.TestingT, s *harness.Suite) {
 	c := s.ExtProc(t)
 	r := s.Rand(t)
 	seen := map[string]int{}

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/eppkit/eppkit/conformance"
+	"github.com/eppkit/eppkit/conformance/harness"
 	"github.com/eppkit/eppkit/fakes/gateway/extprocclient"
 )
 
@@ -88,7 +89,7 @@ func usageResponses(model string) []usageResponse {
 	return out
 }
 
-func runOpenAIResponseUsageRobust(t conformance.TestingT, s *conformance.Suite) {
+func runOpenAIResponseUsageRobust(t harness.TestingT, s *harness.Suite) {
 	c := s.ExtProc(t)
 	r := s.Rand(t)
 	cases := usageResponses(s.ModelName)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/eppkit/eppkit/conformance"
+	"github.com/eppkit/eppkit/conformance/harness"
 )
 
 // Rule constants of PredictedLatency (SPEC §6).
@@ -40,7 +41,7 @@ func init() {
 	})
 }
 
-func runPredictedLatency(t conformance.TestingT, s *conformance.Suite) {
+func runPredictedLatency(t harness.TestingT, s *harness.Suite) {
 	pool := requireEndpoints(t, s, 2)
 	r := s.Rand(t)
 	order := r.Perm(len(pool))
@@ -59,9 +60,9 @@ func runPredictedLatency(t conformance.TestingT, s *conformance.Suite) {
 		})
 		t.Logf("%s: time to first token %s", a, ttft)
 	}
-	plan := conformance.MustPlan(t, conformance.Shape{
-		Outcome: "SLO requests sent to a slow endpoint", Tail: conformance.AtMost,
-		Compliant: conformance.Exploration, Random: float64(len(pool)-len(fast)) / float64(len(pool)),
+	plan := harness.MustPlan(t, harness.Shape{
+		Outcome: "SLO requests sent to a slow endpoint", Tail: harness.AtMost,
+		Compliant: harness.Exploration, Random: float64(len(pool)-len(fast)) / float64(len(pool)),
 	})
 	headers := map[string]string{"x-slo-ttft-ms": strconv.FormatInt(plTTFTSLO.Milliseconds(), 10)}
 	mk := func() (string, []byte) {
@@ -132,7 +133,7 @@ func keys(m map[string]bool) []string {
 }
 
 // sendAllWithHeaders is sendAll with extra request headers on every request.
-func sendAllWithHeaders(t conformance.TestingT, s *conformance.Suite, n int, headers map[string]string,
+func sendAllWithHeaders(t harness.TestingT, s *harness.Suite, n int, headers map[string]string,
 	mk func(i int) (string, []byte)) []string {
 	t.Helper()
 	type job struct {

@@ -4,6 +4,7 @@ import (
 	"strconv"
 
 	"github.com/eppkit/eppkit/conformance"
+	"github.com/eppkit/eppkit/conformance/harness"
 )
 
 // pdRequests is how many requests of each kind (with and without an SLO) must be served while
@@ -28,7 +29,7 @@ func init() {
 	})
 }
 
-func runPredictedLatencyPredictorDown(t conformance.TestingT, s *conformance.Suite) {
+func runPredictedLatencyPredictorDown(t harness.TestingT, s *harness.Suite) {
 	requireEndpoints(t, s, 1)
 	r := s.Rand(t)
 	slo := map[string]string{"x-slo-ttft-ms": strconv.Itoa(100)}

@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/eppkit/eppkit/conformance"
+	"github.com/eppkit/eppkit/conformance/harness"
 )
 
 // Prompt shape of PrefixCacheAffinity (SPEC §6): a shared prefix of at least prefixMinChars
@@ -31,12 +32,12 @@ func init() {
 	})
 }
 
-func runPrefixCacheAffinity(t conformance.TestingT, s *conformance.Suite) {
+func runPrefixCacheAffinity(t harness.TestingT, s *harness.Suite) {
 	pool := requireEndpoints(t, s, 2)
 	r := s.Rand(t)
-	plan := conformance.MustPlan(t, conformance.Shape{
-		Outcome: "follow-up requests sent to the endpoint that served their prefix", Tail: conformance.AtLeast,
-		Compliant: 1 - conformance.Exploration, Random: 1 / float64(len(pool)),
+	plan := harness.MustPlan(t, harness.Shape{
+		Outcome: "follow-up requests sent to the endpoint that served their prefix", Tail: harness.AtLeast,
+		Compliant: 1 - harness.Exploration, Random: 1 / float64(len(pool)),
 	})
 	words := func(atLeast int) string {
 		var b strings.Builder

@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/eppkit/eppkit/conformance"
+	"github.com/eppkit/eppkit/conformance/harness"
 	"github.com/eppkit/eppkit/fakes/vllm"
 )
 
@@ -30,11 +31,15 @@ func init() {
 	})
 }
 
-func runQueueAwareness(t conformance.TestingT, s *conformance.Suite) {
-	runLoadedEndpointAvoided(t, s, "the deep queue", queueRuleRate, func(r *rand.Rand, isLoaded bool) vllm.FakeMetrics {
-		if isLoaded {
-			return vllm.FakeMetrics{RunningRequests: 2, WaitingRequests: int64(queueDeep + r.IntN(10)), KVCacheUsage: 0.1}
-		}
-		return vllm.FakeMetrics{RunningRequests: 2, WaitingRequests: 0, KVCacheUsage: 0.1}
-	})
+func runQueueAwareness(t harness.TestingT, s *harness.Suite) {
+	runLoadedEndpointAvoided(t, s, "the deep queue", queueRuleRate, deepQueuePin)
+}
+
+// deepQueuePin pins the loaded endpoint's waiting queue to queueDeep or more and every other's
+// to 0, with equal running counts and KV use.
+func deepQueuePin(r *rand.Rand, isLoaded bool) vllm.FakeMetrics {
+	if isLoaded {
+		return vllm.FakeMetrics{RunningRequests: 2, WaitingRequests: int64(queueDeep + r.IntN(10)), KVCacheUsage: 0.1}
+	}
+	return vllm.FakeMetrics{RunningRequests: 2, WaitingRequests: 0, KVCacheUsage: 0.1}
 }

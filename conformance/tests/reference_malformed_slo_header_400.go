@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/eppkit/eppkit/conformance"
+	"github.com/eppkit/eppkit/conformance/harness"
 	"github.com/eppkit/eppkit/fakes/gateway/extprocclient"
 )
 
@@ -31,7 +32,7 @@ func init() {
 	})
 }
 
-func runReferenceMalformedSLOHeader400(t conformance.TestingT, s *conformance.Suite) {
+func runReferenceMalformedSLOHeader400(t harness.TestingT, s *harness.Suite) {
 	c := s.ExtProc(t)
 	r := s.Rand(t)
 	for _, tc := range malformedSLOCases {

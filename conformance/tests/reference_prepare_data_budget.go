@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/eppkit/eppkit/conformance"
+	"github.com/eppkit/eppkit/conformance/harness"
 	"github.com/eppkit/eppkit/fakes/gateway"
 	"github.com/eppkit/eppkit/fakes/gateway/extprocclient"
 )
@@ -61,10 +62,12 @@ func init() {
 	})
 }
 
-func runReferencePrepareDataBudget(t conformance.TestingT, s *conformance.Suite) {
+func runReferencePrepareDataBudget(t harness.TestingT, s *harness.Suite) {
 	requireEndpoints(t, s, 1)
 	if s.PredictorURL() == "" {
-		conformance.Skip(t, "the harness runs no predictor sidecar (it runs one when a PredictedLatency or RequestShedding test is selected)")
+		harness.Skip(t, "the harness runs no predictor sidecar for this target: it runs one when a PredictedLatency or "+
+			"RequestShedding test is selected and the target is given {{.PredictorURL}} (a --command template that uses it; "+
+			"the address and cluster targets never are)")
 	}
 	r := s.Rand(t)
 	slo := map[string]string{"x-slo-ttft-ms": "1000"}
@@ -82,7 +85,7 @@ func runReferencePrepareDataBudget(t conformance.TestingT, s *conformance.Suite)
 		})
 		resume, ok := s.PausePredictor(t)
 		if !ok {
-			conformance.Skip(t, "the predictor sidecar does not run")
+			harness.Skip(t, "the predictor sidecar does not run")
 		}
 		body := completionBody(s.ModelName, uniquePrompt(s, t, r, 16), nil)
 		req := extprocclient.Request{Headers: extprocclient.RequestHeaders("POST", pathCompletions, authority, body, slo), Body: body}
@@ -112,7 +115,7 @@ func runReferencePrepareDataBudget(t conformance.TestingT, s *conformance.Suite)
 // awaitPredictedProfile sends SLO requests through the gateway until one runs the
 // predicted-latency profile (the EPP's predictor is ready), within predictorWarmup. The
 // completed requests are also the predictor's training data.
-func awaitPredictedProfile(t conformance.TestingT, s *conformance.Suite, slo map[string]string, mk func() []byte) {
+func awaitPredictedProfile(t harness.TestingT, s *harness.Suite, slo map[string]string, mk func() []byte) {
 	t.Helper()
 	deadline := time.Now().Add(s.Timeouts.PredictorWarmup.D())
 	hdr := map[string]string{"content-type": "application/json"}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/eppkit/eppkit/conformance"
+	"github.com/eppkit/eppkit/conformance/harness"
 	"github.com/eppkit/eppkit/fakes/gateway/extprocclient"
 )
 
@@ -29,7 +30,7 @@ func init() {
 	})
 }
 
-func runReferenceProfileHeader(t conformance.TestingT, s *conformance.Suite) {
+func runReferenceProfileHeader(t harness.TestingT, s *harness.Suite) {
 	c := s.ExtProc(t)
 	r := s.Rand(t)
 	st := openStream(t, s, c)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/eppkit/eppkit/conformance"
+	"github.com/eppkit/eppkit/conformance/harness"
 	"github.com/eppkit/eppkit/fakes/vllm"
 )
 
@@ -26,7 +27,7 @@ func init() {
 	})
 }
 
-func runReferenceStaleEndpointFiltered(t conformance.TestingT, s *conformance.Suite) {
+func runReferenceStaleEndpointFiltered(t harness.TestingT, s *harness.Suite) {
 	pool := requireEndpoints(t, s, 2)
 	c := s.ExtProc(t)
 	r := s.Rand(t)
@@ -79,7 +80,7 @@ func runReferenceStaleEndpointFiltered(t conformance.TestingT, s *conformance.Su
 			return
 		}
 		// Leave the pool as found: wait until the EPP picks the endpoint again.
-		err := conformance.Eventually(s.Timeouts.MetricsPropagation.D()+s.Timeouts.EndpointChange.D(), s.Timeouts.Poll.D(), 1, func() error {
+		err := harness.Eventually(s.Timeouts.MetricsPropagation.D()+s.Timeouts.EndpointChange.D(), s.Timeouts.Poll.D(), 1, func() error {
 			for i := 0; i < 4*len(pool); i++ {
 				addrs, err := picked()
 				if err != nil {
@@ -96,7 +97,7 @@ func runReferenceStaleEndpointFiltered(t conformance.TestingT, s *conformance.Su
 		}
 	})
 	start := time.Now()
-	conformance.MustEventually(t, s, s.Timeouts.MetricsPropagation.D(), s.Timeouts.RequiredConsecutiveSuccesses, func() error {
+	harness.MustEventually(t, s, s.Timeouts.MetricsPropagation.D(), s.Timeouts.RequiredConsecutiveSuccesses, func() error {
 		for i := 0; i < 2*len(pool); i++ {
 			addrs, err := picked()
 			if err != nil {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/eppkit/eppkit/conformance"
+	"github.com/eppkit/eppkit/conformance/harness"
 	"github.com/eppkit/eppkit/fakes/gateway/extprocclient"
 )
 
@@ -25,7 +26,7 @@ func init() {
 	})
 }
 
-func runReferenceStreamSurvivesRefusal(t conformance.TestingT, s *conformance.Suite) {
+func runReferenceStreamSurvivesRefusal(t harness.TestingT, s *harness.Suite) {
 	c := s.ExtProc(t)
 	r := s.Rand(t)
 	st := openStream(t, s, c)

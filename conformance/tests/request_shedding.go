@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/eppkit/eppkit/conformance"
+	"github.com/eppkit/eppkit/conformance/harness"
 	"github.com/eppkit/eppkit/fakes/gateway"
 	"github.com/eppkit/eppkit/fakes/vllm"
 )
@@ -30,7 +31,7 @@ func init() {
 		Profile:  conformance.ProfileEPPRouting,
 		Features: []conformance.Feature{conformance.FeatureRequestShedding},
 		Preconditions: []string{
-			"the EPP knows the InferenceObjective " + conformance.SheddableObjective + " with priority -1 (the apiserver source creates it; " +
+			"the EPP knows the InferenceObjective " + harness.SheddableObjective + " with priority -1 (the apiserver source creates it; " +
 				"with a static pool configure it, the reference takes --objectives)",
 			"the saturation detector uses thresholds below waiting 50 and KV-cache use 0.99 (upstream defaults: 5 and 0.8)",
 			"the EPP observes new metrics within metricsPropagation",
@@ -42,7 +43,7 @@ func init() {
 }
 
 // shedResult is one request's outcome: the HTTP status and, when it was routed, the endpoint.
-func sendForStatus(s *conformance.Suite, body []byte, headers map[string]string) (status int, endpoint string, err error) {
+func sendForStatus(s *harness.Suite, body []byte, headers map[string]string) (status int, endpoint string, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.Timeouts.Request.D())
 	defer cancel()
 	hdr := map[string]string{"content-type": "application/json"}
@@ -62,11 +63,11 @@ func sendForStatus(s *conformance.Suite, body []byte, headers map[string]string)
 	return res.Status, res.Endpoint, nil
 }
 
-func runRequestShedding(t conformance.TestingT, s *conformance.Suite) {
+func runRequestShedding(t harness.TestingT, s *harness.Suite) {
 	pool := requireEndpoints(t, s, 1)
 	r := s.Rand(t)
 	sheddable := map[string]string{
-		"x-gateway-inference-objective": conformance.SheddableObjective,
+		"x-gateway-inference-objective": harness.SheddableObjective,
 		"x-slo-ttft-ms":                 shedImpossibleTTFT,
 	}
 	body := func() []byte { return completionBody(s.ModelName, uniquePrompt(s, t, r, 16), nil) }
@@ -77,8 +78,8 @@ func runRequestShedding(t conformance.TestingT, s *conformance.Suite) {
 	// Registered before the pins, so it runs after they are undone: wait until sheddable
 	// requests are admitted again, so later tests start from an unsaturated pool.
 	t.Cleanup(func() {
-		err := conformance.Eventually(s.Timeouts.MetricsPropagation.D(), s.Timeouts.Poll.D(), 1, func() error {
-			status, _, err := sendForStatus(s, body(), map[string]string{"x-gateway-inference-objective": conformance.SheddableObjective})
+		err := harness.Eventually(s.Timeouts.MetricsPropagation.D(), s.Timeouts.Poll.D(), 1, func() error {
+			status, _, err := sendForStatus(s, body(), map[string]string{"x-gateway-inference-objective": harness.SheddableObjective})
 			if err != nil {
 				return err
 			}
@@ -97,7 +98,7 @@ func runRequestShedding(t conformance.TestingT, s *conformance.Suite) {
 	}
 	pinAll(t, s, pins)
 
-	conformance.MustEventually(t, s, s.Timeouts.MetricsPropagation.D(), s.Timeouts.RequiredConsecutiveSuccesses, func() error {
+	harness.MustEventually(t, s, s.Timeouts.MetricsPropagation.D(), s.Timeouts.RequiredConsecutiveSuccesses, func() error {
 		status, ep, err := sendForStatus(s, body(), sheddable)
 		if err != nil {
 			return err

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/eppkit/eppkit/conformance"
+	"github.com/eppkit/eppkit/conformance/harness"
 	"github.com/eppkit/eppkit/fakes/gateway"
 	"github.com/eppkit/eppkit/fakes/vllm"
 )
@@ -28,13 +28,13 @@ const routingWorkers = 4
 // it. err is non-nil when the gateway failed, the EPP refused the request, or the served
 // endpoint cannot be identified; a model server's own error status (e.g. 404 for an adapter it
 // does not serve) is not an error: the request was still routed there.
-func send(s *conformance.Suite, path string, body []byte) (string, error) {
+func send(s *harness.Suite, path string, body []byte) (string, error) {
 	return sendWithHeaders(s, path, body, nil)
 }
 
 // sendWithHeaders is send with extra request headers (content-type is always
 // application/json).
-func sendWithHeaders(s *conformance.Suite, path string, body []byte, headers map[string]string) (string, error) {
+func sendWithHeaders(s *harness.Suite, path string, body []byte, headers map[string]string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.Timeouts.Request.D())
 	defer cancel()
 	hdr := map[string]string{"content-type": "application/json"}
@@ -62,7 +62,7 @@ func sendWithHeaders(s *conformance.Suite, path string, body []byte, headers map
 }
 
 // mustSend is send that fails the test.
-func mustSend(t conformance.TestingT, s *conformance.Suite, path string, body []byte) string {
+func mustSend(t harness.TestingT, s *harness.Suite, path string, body []byte) string {
 	t.Helper()
 	ep, err := send(s, path, body)
 	if err != nil {
@@ -74,7 +74,7 @@ func mustSend(t conformance.TestingT, s *conformance.Suite, path string, body []
 // sendAll sends n requests built by mk (called from the calling goroutine, so mk may use the
 // test's random stream) with routingWorkers in flight, and returns the serving endpoint of each,
 // in order. It fails the test on the first error.
-func sendAll(t conformance.TestingT, s *conformance.Suite, n int, mk func(i int) (path string, body []byte)) []string {
+func sendAll(t harness.TestingT, s *harness.Suite, n int, mk func(i int) (path string, body []byte)) []string {
 	t.Helper()
 	start := time.Now()
 	defer func() { t.Logf("%d requests through the gateway in %s", n, time.Since(start).Round(time.Millisecond)) }()
@@ -121,7 +121,7 @@ func sendAll(t conformance.TestingT, s *conformance.Suite, n int, mk func(i int)
 }
 
 // pinAll pins every endpoint's metrics (unpinned in Cleanup) and logs them.
-func pinAll(t conformance.TestingT, s *conformance.Suite, pins map[string]vllm.FakeMetrics) {
+func pinAll(t harness.TestingT, s *harness.Suite, pins map[string]vllm.FakeMetrics) {
 	t.Helper()
 	for _, a := range s.Endpoints() {
 		m, ok := pins[a]
@@ -138,11 +138,11 @@ func pinAll(t conformance.TestingT, s *conformance.Suite, pins map[string]vllm.F
 // requests, RequiredConsecutiveSuccesses batches in a row. It does not fail the test when the
 // bound passes: it logs that and returns, and the statistical check that follows decides (an
 // EPP that ignores the metrics fails there, with n, the rate and the bound in the message).
-func awaitObserved(t conformance.TestingT, s *conformance.Suite, what string, mk func() (string, []byte), ok func(endpoint string) bool) {
+func awaitObserved(t harness.TestingT, s *harness.Suite, what string, mk func() (string, []byte), ok func(endpoint string) bool) {
 	t.Helper()
 	start := time.Now()
 	batch := 2 * len(s.Endpoints())
-	err := conformance.Eventually(s.Timeouts.MetricsPropagation.D(), s.Timeouts.Poll.D(), s.Timeouts.RequiredConsecutiveSuccesses, func() error {
+	err := harness.Eventually(s.Timeouts.MetricsPropagation.D(), s.Timeouts.Poll.D(), s.Timeouts.RequiredConsecutiveSuccesses, func() error {
 		for i := 0; i < batch; i++ {
 			path, body := mk()
 			ep, err := send(s, path, body)
@@ -165,9 +165,9 @@ func awaitObserved(t conformance.TestingT, s *conformance.Suite, what string, mk
 // restoreRouting is a Cleanup step for tests that pinned an endpoint away: after the pins are
 // undone, wait (at most MetricsPropagation) until avoided is picked again, so the next test
 // starts from equal metrics. Failures are logged, not fatal (a cleanup must not Fatalf).
-func restoreRouting(t conformance.TestingT, s *conformance.Suite, avoided string, mk func() (string, []byte)) {
+func restoreRouting(t harness.TestingT, s *harness.Suite, avoided string, mk func() (string, []byte)) {
 	start := time.Now()
-	err := conformance.Eventually(s.Timeouts.MetricsPropagation.D(), s.Timeouts.Poll.D(), 1, func() error {
+	err := harness.Eventually(s.Timeouts.MetricsPropagation.D(), s.Timeouts.Poll.D(), 1, func() error {
 		for i := 0; i < 4*len(s.Endpoints()); i++ {
 			path, body := mk()
 			ep, err := send(s, path, body)
@@ -211,14 +211,14 @@ func histogram(eps []string) map[string]int {
 // KVCacheAwareness): one endpoint, drawn at random, is pinned to the metrics pin(r, true) returns
 // and every other to pin(r, false); once the EPP is seen avoiding it, new unique-prompt requests
 // must reach it at most ruleRate of the time, with the sample size and threshold of a
-// conformance.Plan. what names the load in messages ("the deep queue").
-func runLoadedEndpointAvoided(t conformance.TestingT, s *conformance.Suite, what string, ruleRate float64,
+// harness.Plan. what names the load in messages ("the deep queue").
+func runLoadedEndpointAvoided(t harness.TestingT, s *harness.Suite, what string, ruleRate float64,
 	pin func(r *rand.Rand, loaded bool) vllm.FakeMetrics) {
 	pool := requireEndpoints(t, s, 2)
 	r := s.Rand(t)
-	plan := conformance.MustPlan(t, conformance.Shape{
-		Outcome: "requests sent to the endpoint with " + what, Tail: conformance.AtMost,
-		Compliant: conformance.Exploration, Random: 1 / float64(len(pool)), RuleRate: ruleRate,
+	plan := harness.MustPlan(t, harness.Shape{
+		Outcome: "requests sent to the endpoint with " + what, Tail: harness.AtMost,
+		Compliant: harness.Exploration, Random: 1 / float64(len(pool)), RuleRate: ruleRate,
 	})
 	loaded := pool[r.IntN(len(pool))]
 	mk := func() (string, []byte) {

@@ -19,6 +19,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/eppkit/eppkit/conformance"
+	"github.com/eppkit/eppkit/conformance/endpointsource"
+	"github.com/eppkit/eppkit/conformance/harness"
 	"github.com/eppkit/eppkit/fakes/gateway/extprocclient"
 	"github.com/eppkit/eppkit/fakes/gateway/extprocclient/extproctest"
 )
@@ -46,7 +48,7 @@ type toyEPP struct {
 // Mutants of toyEPP.
 const (
 	mutIgnoreSubset     = "ignore-subset"      // picks from the whole pool whatever the hint says
-	mutExactPortSubset  = "exact-port-subset"  // matches the hint by ip:port, not by IP
+	mutExactPortSubset  = "exact-port-subset"  // matches the hint by ip:port, not by IP (what proposal 004 allows)
 	mutRouteEmptySubset = "route-empty-subset" // treats an empty hint as no hint
 	mutMetadataDiffers  = "metadata-differs"   // dynamic metadata names another endpoint than the header
 	mutNoPick           = "no-pick"            // sets neither header nor metadata (after the first requests)
@@ -59,6 +61,7 @@ const (
 	mutOneBodyChunk     = "one-body-chunk"     // returns the request body in one chunk whatever its size
 	mutNoBodyParsing    = "no-body-parsing"    // the toy never parses bodies; named so the table can say so
 	mutNeedsBody        = "needs-body"         // refuses requests without a body with 400
+	mutLatePick         = "late-pick"          // sets the pick (header and metadata) only on its last body response
 )
 
 // toySource is an endpoint source that can mark endpoints not ready, as the apiserver source
@@ -66,8 +69,8 @@ const (
 type toySource struct{ epp *toyEPP }
 
 func (toySource) Name() string { return "toy" }
-func (toySource) Start(_ context.Context, addrs []string) (conformance.Env, error) {
-	return conformance.Env{Endpoints: strings.Join(addrs, ",")}, nil
+func (toySource) Start(_ context.Context, addrs []string) (harness.Env, error) {
+	return harness.Env{Endpoints: strings.Join(addrs, ",")}, nil
 }
 func (ts toySource) SetReady(_ context.Context, addr string, ready bool) error {
 	if ready {
@@ -81,7 +84,7 @@ func (toySource) Stop(context.Context) error { return nil }
 
 func (e *toyEPP) Name() string { return "toy-" + e.mutant }
 
-func (e *toyEPP) Start(_ context.Context, env conformance.TargetEnv) (conformance.TargetAddrs, error) {
+func (e *toyEPP) Start(_ context.Context, env harness.TargetEnv) (harness.TargetAddrs, error) {
 	pool := strings.Split(env.Endpoints, ",")
 	e.pool.Store(&pool)
 	e.rng = rand.New(rand.NewPCG(1, 2))
@@ -89,11 +92,11 @@ func (e *toyEPP) Start(_ context.Context, env conformance.TargetEnv) (conformanc
 	var err error
 	e.srv, err = extproctest.Start(extproctest.Script{OnRequest: e.onRequest, OnResponseHeaders: e.onResponseHeaders})
 	if err != nil {
-		return conformance.TargetAddrs{}, err
+		return harness.TargetAddrs{}, err
 	}
 	e.hl, err = net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return conformance.TargetAddrs{}, err
+		return harness.TargetAddrs{}, err
 	}
 	hs := health.NewServer()
 	hs.SetServingStatus("liveness", healthpb.HealthCheckResponse_SERVING)
@@ -104,7 +107,7 @@ func (e *toyEPP) Start(_ context.Context, env conformance.TargetEnv) (conformanc
 	e.health = grpc.NewServer()
 	healthpb.RegisterHealthServer(e.health, hs)
 	go func() { _ = e.health.Serve(e.hl) }()
-	return conformance.TargetAddrs{GRPC: e.srv.Addr(), Health: e.hl.Addr().String()}, nil
+	return harness.TargetAddrs{GRPC: e.srv.Addr(), Health: e.hl.Addr().String()}, nil
 }
 
 func (e *toyEPP) Exited() <-chan struct{} { return e.exited }
@@ -171,6 +174,12 @@ func (e *toyEPP) onRequest(seen *extproctest.Seen) []*extprocv3.ProcessingRespon
 		chunk = 0
 	}
 	out := extproctest.PickResponses(pick, extra, seen.Body, chunk, !seen.HeadersEOS)
+	if e.mutant == mutLatePick && len(out) > 1 {
+		last := out[len(out)-1].GetRequestBody().GetResponse()
+		last.HeaderMutation = out[0].GetRequestHeaders().GetResponse().GetHeaderMutation()
+		out[0].GetRequestHeaders().GetResponse().HeaderMutation = nil
+		out[len(out)-1].DynamicMetadata, out[0].DynamicMetadata = out[0].DynamicMetadata, nil
+	}
 	if e.mutant == mutMetadataDiffers && n < 5 {
 		out[0].DynamicMetadata = &structpb.Struct{Fields: map[string]*structpb.Value{
 			"envoy.lb": structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
@@ -197,16 +206,16 @@ func runAgainst(t *testing.T, mutant string, names ...string) map[string]conform
 
 func runAgainstSource(t *testing.T, mutant string, withReadiness bool, names ...string) map[string]conformance.TestResult {
 	t.Helper()
-	to := conformance.DefaultTimeoutConfig()
-	to.TestTimeout = conformance.Duration(time.Minute)
-	to.EndpointChange = conformance.Duration(2 * time.Second)
-	to.Request = conformance.Duration(2 * time.Second)
+	to := harness.DefaultTimeoutConfig()
+	to.TestTimeout = harness.Duration(time.Minute)
+	to.EndpointChange = harness.Duration(2 * time.Second)
+	to.Request = harness.Duration(2 * time.Second)
 	epp := &toyEPP{mutant: mutant}
-	var source conformance.EndpointSource = conformance.StaticSource{}
+	var source harness.EndpointSource = endpointsource.StaticSource{}
 	if withReadiness {
 		source = toySource{epp: epp}
 	}
-	s, err := conformance.StartHarness(context.Background(), conformance.HarnessConfig{
+	s, err := harness.Start(context.Background(), harness.Config{
 		Target: epp, Source: source, Seed: 7, Timeouts: to, FleetSize: 4,
 	})
 	if err != nil {
@@ -233,15 +242,17 @@ func TestEPPProfileAgainstToyEPP(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a fleet and a toy EPP")
 	}
-	var eppTests []string
+	var coreTests []string
 	for _, ct := range conformance.All() {
 		if ct.Profile == conformance.ProfileEPP {
-			eppTests = append(eppTests, ct.ShortName)
+			coreTests = append(coreTests, ct.ShortName)
 		}
 	}
+	eppTests := slices.Clone(coreTests)
 	// The toy does not parse bodies, but it routes headers-only requests and leaves input
-	// headers alone, so these two OpenAIRequestParsing tests apply to it as well.
-	eppTests = append(eppTests, "OpenAIHeadersOnlyPick", "OpenAIInputHeadersNotEchoed", "OpenAILargeBodyChunked")
+	// headers alone, so these OpenAIRequestParsing tests apply to it as well; it matches subset
+	// hints by IP, as upstream v1.5.0 does.
+	eppTests = append(eppTests, "OpenAIHeadersOnlyPick", "OpenAIInputHeadersNotEchoed", "OpenAILargeBodyChunked", "SubsetHintIPMatching")
 	t.Run("compliant toy passes every test that applies to it", func(t *testing.T) {
 		for name, res := range runAgainst(t, "", eppTests...) {
 			if res.Outcome != conformance.Passed {
@@ -254,6 +265,15 @@ func TestEPPProfileAgainstToyEPP(t *testing.T) {
 		for name, res := range runAgainstSource(t, "", true, readinessTests...) {
 			if res.Outcome != conformance.Passed || strings.Contains(res.Log, "half not run") {
 				t.Errorf("%s: %s against the compliant toy EPP with a readiness source (the not-ready half must run):\n%s", name, res.Outcome, res.Log)
+			}
+		}
+	})
+	// An EPP that matches the hint by exact ip:port follows proposal 004: it passes the whole core
+	// profile and fails only the upstream feature test.
+	t.Run(mutExactPortSubset+" passes the EPP profile", func(t *testing.T) {
+		for name, res := range runAgainst(t, mutExactPortSubset, coreTests...) {
+			if res.Outcome != conformance.Passed {
+				t.Errorf("%s: %s against the exact-address toy EPP, which follows proposal 004:\n%s", name, res.Outcome, res.Log)
 			}
 		}
 	})
@@ -271,8 +291,8 @@ func TestEPPProfileAgainstToyEPP(t *testing.T) {
 		failing  []string // must fail
 		wantText string   // in the failure message
 	}{
-		{mutIgnoreSubset, []string{"EPPSubsetHint", "EPPEmptySubset503", "EPPNoEligibleEndpoint503"}, ""},
-		{mutExactPortSubset, []string{"EPPSubsetHint"}, ""},
+		{mutIgnoreSubset, []string{"EPPSubsetHint", "EPPEmptySubset503", "EPPNoEligibleEndpoint503", "SubsetHintIPMatching"}, ""},
+		{mutExactPortSubset, []string{"SubsetHintIPMatching"}, "refused a valid request"},
 		{mutRouteEmptySubset, []string{"EPPEmptySubset503"}, "want ImmediateResponse 503"},
 		{mutRouteForeignHint, []string{"EPPNoEligibleEndpoint503"}, "want ImmediateResponse 503"},
 		{mutMetadataDiffers, []string{"EPPPickHeaderAndMetadata"}, "two different picks"},
@@ -284,6 +304,7 @@ func TestEPPProfileAgainstToyEPP(t *testing.T) {
 		{mutOneBodyChunk, []string{"OpenAILargeBodyChunked"}, "above the 62000-byte limit"},
 		{mutNeedsBody, []string{"OpenAIHeadersOnlyPick"}, "refused a valid request"},
 		{mutNoBodyParsing, []string{"OpenAIBadRequest400", "ReferenceStreamSurvivesRefusal"}, "want ImmediateResponse 400"},
+		{mutLatePick, []string{"EPPPickBeforeRouting"}, "reaches Envoy's router too late"},
 	} {
 		t.Run(tc.mutant, func(t *testing.T) {
 			for name, res := range runAgainst(t, tc.mutant, tc.failing...) {

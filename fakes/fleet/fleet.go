@@ -211,10 +211,15 @@ func (m *Member) Addr() string { return net.JoinHostPort(m.Host, strconv.Itoa(m.
 // URL is http://Addr.
 func (m *Member) URL() string { return "http://" + m.Addr() }
 
-// RankURLs are the base URLs of every data-parallel rank.
+// RankURLs are the base URLs of every data-parallel rank: one per rank port, or only URL() with
+// vllm.DataParallelInternal (every engine behind one port).
 func (m *Member) RankURLs() []string {
+	ranks := max(m.cfg.DPSize, 1)
+	if m.cfg.DataParallelMode == vllm.DataParallelInternal {
+		ranks = 1
+	}
 	var out []string
-	for r := 0; r < max(m.cfg.DPSize, 1); r++ {
+	for r := 0; r < ranks; r++ {
 		out = append(out, "http://"+net.JoinHostPort(m.Host, strconv.Itoa(m.Port+r)))
 	}
 	return out

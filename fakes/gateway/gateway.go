@@ -5,7 +5,16 @@
 // It models what GIE's Envoy-based gateways do (GIE proposal 004 and upstream v1.5.0
 // pkg/epp/handlers): one ext_proc stream per HTTP request; request headers, then the body in
 // chunks, each with the subset hint filter metadata when there is one; the pick read from dynamic
-// metadata envoy.lb / x-gateway-destination-endpoint (else from the header of that name); the
+// metadata envoy.lb / x-gateway-destination-endpoint (else from the header of that name) as
+// Envoy's router sees it when the ext_proc filter releases the request headers — the
+// request_headers response, or for a request with a body the first streamed body response that
+// carries data (extprocclient.Decision.ReleasedAt cites the Envoy source); a pick delivered later
+// is never routed on (503, x-eppkit-gateway-error: late-pick); the EPP's header mutations applied
+// to the request's headers as Envoy's ext_proc filter applies them, or with append_action as
+// Envoy's API defines it (Config.HeaderSemantics, extprocclient.ApplyHeaderMutation: raw_value
+// read, remove before set, header mutations of body responses ignored); in strict mode a request
+// that would reach the model server with a duplicated header is refused (502,
+// x-eppkit-gateway-error: duplicated-header); the
 // request forwarded to the pick's first address only, like Envoy's ORIGINAL_DST cluster (strict
 // mode), or to the next address on a connection failure (lenient mode); the response headers and
 // body chunks sent to the EPP with envoy.lb / x-gateway-destination-endpoint-served, and the EPP's
@@ -35,6 +44,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/eppkit/eppkit/fakes/gateway/extprocclient"
 )
 
@@ -49,6 +60,10 @@ const (
 	PodHeader = "x-inference-pod"
 	// DestinationHeader is the EPP's pick header; never forwarded to the client.
 	DestinationHeader = extprocclient.DestinationKey
+	// GatewayErrorHeader on a local reply names what the gateway refused: "duplicated-header"
+	// (strict mode: the request would reach the model server with a header twice) or
+	// "late-pick" (the pick arrived after Envoy releases the request headers to the router).
+	GatewayErrorHeader = "x-eppkit-gateway-error"
 )
 
 // Defaults of Config.
@@ -69,9 +84,11 @@ type Mode int
 
 const (
 	// ModeStrict forwards to the first address of the pick only; a connection failure is a 503
-	// (Envoy's ORIGINAL_DST behaviour).
+	// (Envoy's ORIGINAL_DST behaviour). A request the EPP's header mutation would send with a
+	// header it set appearing twice is refused with a 502 naming the header.
 	ModeStrict Mode = iota
-	// ModeLenient tries the pick's addresses in order until one accepts the connection.
+	// ModeLenient tries the pick's addresses in order until one accepts the connection, and
+	// forwards duplicated headers as they are.
 	ModeLenient
 	// ModeRoundRobin uses no EPP: requests go round-robin over Config.Endpoints.
 	ModeRoundRobin
@@ -154,8 +171,18 @@ type Config struct {
 	MessageTimeout time.Duration
 	// StatusOnError is the FailClose local-reply status; default DefaultStatusOnError (500).
 	StatusOnError int
+	// HeaderSemantics is how the EPP's header mutations are applied: SemanticsEnvoyExtProc
+	// (default; Envoy's ext_proc filter as released: only the deprecated append, default
+	// overwrite) or SemanticsAppendAction (append_action as Envoy's API defines it and
+	// agentgateway applies it, so an EPP that leaves it at APPEND_IF_EXISTS_OR_ADD duplicates
+	// headers the request carried).
+	HeaderSemantics extprocclient.HeaderSemantics
 	// Logger receives one line per failure; default discards.
 	Logger *slog.Logger
+	// Dial, when set, opens every connection the gateway makes — to the EPP and to the endpoints
+	// — for an "ip:port" address, e.g. through a Kubernetes port-forward to the pod with that IP
+	// (suites/e2e on kind); nil dials the address directly.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Gateway is the data plane. It is an http.Handler; Do serves programmatic requests.
@@ -197,6 +224,9 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.MessageTimeout < 0 {
 		return nil, fmt.Errorf("gateway: MessageTimeout %v must not be negative", cfg.MessageTimeout)
 	}
+	if cfg.HeaderSemantics != extprocclient.SemanticsAppendAction && cfg.HeaderSemantics != extprocclient.SemanticsEnvoyExtProc {
+		return nil, fmt.Errorf("gateway: HeaderSemantics %d is not a known semantics", cfg.HeaderSemantics)
+	}
 	if cfg.StatusOnError != 0 && (cfg.StatusOnError < 400 || cfg.StatusOnError > 599) {
 		return nil, fmt.Errorf("gateway: StatusOnError %d must be an HTTP error status in 400–599 (0 means %d)", cfg.StatusOnError, DefaultStatusOnError)
 	}
@@ -223,8 +253,15 @@ func New(cfg Config) (*Gateway, error) {
 			DisableCompression:  true, // bytes pass through as the model server wrote them
 		},
 	}
+	var dialOpts []grpc.DialOption
+	if cfg.Dial != nil {
+		g.transport.DialContext = cfg.Dial
+		dialOpts = append(dialOpts, grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return cfg.Dial(ctx, "tcp", addr)
+		}))
+	}
 	if cfg.Mode != ModeRoundRobin {
-		c, err := extprocclient.Dial(cfg.EPPAddress, cfg.EPPTLS)
+		c, err := extprocclient.Dial(cfg.EPPAddress, cfg.EPPTLS, dialOpts...)
 		if err != nil {
 			return nil, fmt.Errorf("gateway: EPPAddress: %w", err)
 		}

@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +18,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/eppkit/eppkit/fakes/gateway"
 	"github.com/eppkit/eppkit/fakes/gateway/extprocclient"
@@ -467,5 +470,186 @@ func TestHeadersOnlyRequest(t *testing.T) {
 	}
 	if got := a.requests(); len(got) != 1 || got[0].contentLength != 0 || got[0].path != "/v1/models" {
 		t.Errorf("upstream got %+v", got)
+	}
+}
+
+// TestDialReachesPodsThroughTheDialer: with Config.Dial every connection — the EPP's and the
+// picked endpoint's — goes through it with the address the pool names (as a port-forward
+// dialer sees pod IPs), and nothing is dialled directly.
+func TestDialReachesPodsThroughTheDialer(t *testing.T) {
+	up := newUpstream(t, "pod-a", nil)
+	// The names the pool uses: unused loopback addresses with nothing listening.
+	podAddr, eppName := deadAddr(t), deadAddr(t)
+	epp := startEPP(t, pickScript(podAddr, nil, 0))
+	var mu sync.Mutex
+	var dialed []string
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		mu.Lock()
+		dialed = append(dialed, addr)
+		mu.Unlock()
+		to := map[string]string{podAddr: up.addr(), eppName: epp.Addr()}[addr]
+		if to == "" {
+			return nil, fmt.Errorf("no forward for %s", addr)
+		}
+		return (&net.Dialer{}).DialContext(ctx, network, to)
+	}
+	g := newGateway(t, gateway.Config{EPPAddress: eppName, Endpoints: []string{podAddr}, Dial: dial})
+	res, err := g.Do(context.Background(), &gateway.Request{Path: "/v1/completions", Body: []byte(`{"model":"m","prompt":"p"}`),
+		Headers: map[string]string{"Content-Type": "application/json"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != 200 || res.ServedPod != "pod-a" || res.Endpoint != podAddr {
+		t.Fatalf("status %d pod %q endpoint %q; want 200 pod-a %s", res.Status, res.ServedPod, res.Endpoint, podAddr)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Contains(dialed, eppName) || !slices.Contains(dialed, podAddr) {
+		t.Errorf("dialled %v, want both the EPP %s and the pod %s through Dial", dialed, eppName, podAddr)
+	}
+}
+
+// appendingScript picks pick like upstream v1.5.0 does, leaving append_action at its zero value
+// (APPEND_IF_EXISTS_OR_ADD) on x-gateway-destination-endpoint and Content-Length.
+func appendingScript(pick string) extproctest.Script {
+	return extproctest.Script{OnRequest: func(seen *extproctest.Seen) []*extprocv3.ProcessingResponse {
+		out := extproctest.PickResponses(pick, nil, seen.Body, 0, !seen.HeadersEOS)
+		for _, o := range out[0].GetRequestHeaders().GetResponse().GetHeaderMutation().GetSetHeaders() {
+			o.AppendAction = corev3.HeaderValueOption_APPEND_IF_EXISTS_OR_ADD
+		}
+		return out
+	}}
+}
+
+// TestDuplicatedHeaders: with append-action semantics an EPP that appends instead of overwriting
+// sends a second x-gateway-destination-endpoint (beside the client's forged one) and a second
+// Content-Length. Strict mode refuses the request naming the header; lenient mode forwards it;
+// Envoy's ext_proc filter as released (the default semantics) overwrites.
+func TestDuplicatedHeaders(t *testing.T) {
+	pick, forged := newUpstream(t, "pod-pick", nil), newUpstream(t, "pod-forged", nil)
+	epp := startEPP(t, appendingScript(pick.addr()))
+	body := []byte(`{"model":"m","prompt":"x"}`)
+	req := func() *gateway.Request {
+		return &gateway.Request{Path: "/v1/completions", Body: body, Headers: map[string]string{gateway.DestinationHeader: forged.addr()}}
+	}
+	strict := newGateway(t, gateway.Config{EPPAddress: epp.Addr(), HeaderSemantics: extprocclient.SemanticsAppendAction})
+	res, err := strict.Do(context.Background(), req())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != http.StatusBadGateway || res.Headers.Get(gateway.GatewayErrorHeader) != "duplicated-header" ||
+		!strings.Contains(string(res.Body), gateway.DestinationHeader) || !strings.Contains(string(res.Body), "content-length") {
+		t.Errorf("strict: status %d headers %v body %s; want a 502 naming both duplicated headers", res.Status, res.Headers, res.Body)
+	}
+	if n := len(pick.requests()) + len(forged.requests()); n != 0 {
+		t.Errorf("strict: %d requests reached a model server", n)
+	}
+
+	lenient := newGateway(t, gateway.Config{EPPAddress: epp.Addr(), Mode: gateway.ModeLenient, HeaderSemantics: extprocclient.SemanticsAppendAction})
+	res, err = lenient.Do(context.Background(), &gateway.Request{Path: "/v1/completions", Body: body,
+		Headers: map[string]string{gateway.DestinationHeader: forged.addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The metadata (the pick) decides here; the forwarded request still carries both headers.
+	got := pick.requests()
+	if res.Status != 200 || len(got) != 1 || len(got[0].header.Values(gateway.DestinationHeader)) != 2 {
+		t.Errorf("lenient: status %d, requests to the pick %d, destination values %v", res.Status, len(got), got)
+	}
+
+	envoy := newGateway(t, gateway.Config{EPPAddress: epp.Addr()})
+	res, err = envoy.Do(context.Background(), req())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := pick.requests(); res.Status != 200 || len(got) != 2 || len(got[1].header.Values(gateway.DestinationHeader)) != 1 {
+		t.Errorf("envoy-ext-proc: status %d body %s; the zero append_action must overwrite", res.Status, res.Body)
+	}
+}
+
+// TestHeaderOnlyPickWithForgedHeaderGoesToTheForgery: without metadata, an appending EPP's pick
+// loses to the client's forged x-gateway-destination-endpoint in lenient mode (Envoy reads the
+// first entry) — the agentgateway #905 failure the strict mode reports.
+func TestHeaderOnlyPickWithForgedHeaderGoesToTheForgery(t *testing.T) {
+	pick, forged := newUpstream(t, "pod-pick", nil), newUpstream(t, "pod-forged", nil)
+	script := appendingScript(pick.addr())
+	inner := script.OnRequest
+	script.OnRequest = func(seen *extproctest.Seen) []*extprocv3.ProcessingResponse {
+		out := inner(seen)
+		out[0].DynamicMetadata = nil
+		return out
+	}
+	epp := startEPP(t, script)
+	g := newGateway(t, gateway.Config{EPPAddress: epp.Addr(), Mode: gateway.ModeLenient, HeaderSemantics: extprocclient.SemanticsAppendAction})
+	res, err := g.Do(context.Background(), &gateway.Request{Path: "/v1/models", Headers: map[string]string{gateway.DestinationHeader: forged.addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != 200 || res.ServedPod != "pod-forged" {
+		t.Errorf("status %d served by %q, want the forged destination (first entry)", res.Status, res.ServedPod)
+	}
+}
+
+// TestLatePickIsNotRouted: a pick delivered only on the last of several streamed body responses
+// comes after Envoy released the request headers to the router: 503, late-pick.
+func TestLatePickIsNotRouted(t *testing.T) {
+	a := newUpstream(t, "pod-a", nil)
+	epp := startEPP(t, extproctest.Script{OnRequest: func(seen *extproctest.Seen) []*extprocv3.ProcessingResponse {
+		out := extproctest.PickResponses("", nil, seen.Body, 1000, true)
+		md := extproctest.PickResponses(a.addr(), nil, nil, 0, false)[0]
+		out[len(out)-1].DynamicMetadata = md.DynamicMetadata
+		return out
+	}})
+	g := newGateway(t, gateway.Config{EPPAddress: epp.Addr()})
+	res, err := g.Do(context.Background(), &gateway.Request{Path: "/v1/completions", Body: bytes.Repeat([]byte("x"), 5000)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != http.StatusServiceUnavailable || res.Headers.Get(gateway.GatewayErrorHeader) != "late-pick" || len(a.requests()) != 0 {
+		t.Errorf("status %d headers %v body %s requests %d; want 503 late-pick", res.Status, res.Headers, res.Body, len(a.requests()))
+	}
+}
+
+// TestRejectedMutationIsStatusOnError: a mutation Envoy rejects (value and raw_value both set)
+// is a local reply with status_on_error.
+func TestRejectedMutationIsStatusOnError(t *testing.T) {
+	a := newUpstream(t, "pod-a", nil)
+	epp := startEPP(t, extproctest.Script{OnRequest: func(seen *extproctest.Seen) []*extprocv3.ProcessingResponse {
+		out := extproctest.PickResponses(a.addr(), nil, seen.Body, 0, true)
+		hm := out[0].GetRequestHeaders().GetResponse().GetHeaderMutation()
+		hm.SetHeaders = append(hm.SetHeaders, &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: "x-both", Value: "a", RawValue: []byte("a")}})
+		return out
+	}})
+	g := newGateway(t, gateway.Config{EPPAddress: epp.Addr(), StatusOnError: 599})
+	res, err := g.Do(context.Background(), &gateway.Request{Path: "/v1/completions", Body: []byte(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != 599 || !strings.Contains(string(res.Body), "raw_value") || len(a.requests()) != 0 {
+		t.Errorf("status %d body %s", res.Status, res.Body)
+	}
+}
+
+// TestDeprecatedAppendDuplicatesOnEnvoy: Envoy's ext_proc filter as released (the default) honours
+// the deprecated append: an EPP that sets append=true on Content-Length sends two values, which
+// strict mode refuses.
+func TestDeprecatedAppendDuplicatesOnEnvoy(t *testing.T) {
+	a := newUpstream(t, "pod-a", nil)
+	epp := startEPP(t, extproctest.Script{OnRequest: func(seen *extproctest.Seen) []*extprocv3.ProcessingResponse {
+		out := extproctest.PickResponses(a.addr(), nil, seen.Body, 0, true)
+		for _, o := range out[0].GetRequestHeaders().GetResponse().GetHeaderMutation().GetSetHeaders() {
+			if o.GetHeader().GetKey() == "Content-Length" {
+				o.Append = wrapperspb.Bool(true) //lint:ignore SA1019 the deprecated field is what this test sends
+			}
+		}
+		return out
+	}})
+	g := newGateway(t, gateway.Config{EPPAddress: epp.Addr()})
+	res, err := g.Do(context.Background(), &gateway.Request{Path: "/v1/completions", Body: []byte(`{"model":"m"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != http.StatusBadGateway || res.Headers.Get(gateway.GatewayErrorHeader) != "duplicated-header" || len(a.requests()) != 0 {
+		t.Errorf("status %d headers %v body %s", res.Status, res.Headers, res.Body)
 	}
 }

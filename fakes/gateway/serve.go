@@ -9,10 +9,13 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptrace"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
 	"github.com/eppkit/eppkit/fakes/gateway/extprocclient"
 )
@@ -135,25 +138,53 @@ func (g *Gateway) serve(ctx context.Context, in *inbound, out sink) outcome {
 		_, _ = out.Write(d.Immediate.Body)
 		return res
 	}
-	addrs := splitPick(d.Pick())
+	rt, err := d.Routing(g.cfg.HeaderSemantics)
+	if err != nil {
+		// Envoy rejects the mutation and answers status_on_error (ext_proc.cc handleErrorResponse).
+		g.log.Warn("EPP header mutation rejected", "err", err)
+		localReply(out, g.cfg.StatusOnError, "ext_proc: the EPP's header mutation was rejected: "+err.Error())
+		return res
+	}
+	for _, w := range rt.Report.Warnings {
+		g.log.Warn("EPP header mutation", "warning", w)
+	}
+	if g.cfg.Mode == ModeStrict {
+		if dups := rt.Headers.Duplicates(rt.Report.Touched); len(dups) > 0 {
+			msg := duplicateReport(rt.Headers, dups, g.cfg.HeaderSemantics)
+			g.log.Warn("request would reach the model server with a duplicated header", "headers", dups)
+			out.Header().Set(GatewayErrorHeader, "duplicated-header")
+			localReply(out, http.StatusBadGateway, msg)
+			return res
+		}
+	}
+	addrs := splitPick(rt.Pick())
 	if len(addrs) == 0 {
 		// ORIGINAL_DST without a destination: Envoy answers 503 "no healthy upstream".
-		localReply(out, http.StatusServiceUnavailable, "the EPP returned no destination endpoint")
+		msg := "the EPP returned no destination endpoint"
+		switch {
+		case !rt.Released:
+			msg = "the EPP's responses never released the request headers to the router (no request_headers response, or no body data after it)"
+		case d.Pick() != "":
+			msg = fmt.Sprintf("the EPP's pick %q arrived after Envoy released the request headers to the router "+
+				"(the request_headers response, or the first streamed body chunk after it), so the router never saw it", d.Pick())
+			out.Header().Set(GatewayErrorHeader, "late-pick")
+		}
+		localReply(out, http.StatusServiceUnavailable, msg)
 		return res
 	}
 	body := in.body
 	if d.Body != nil {
 		body = d.Body
 	}
-	if d.ContentLength != "" && d.ContentLength != strconv.Itoa(len(body)) {
-		g.log.Warn("EPP Content-Length does not match the mutated body", "content-length", d.ContentLength, "body", len(body))
-		localReply(out, http.StatusBadGateway, fmt.Sprintf("the EPP set Content-Length %s but returned a %d-byte body", d.ContentLength, len(body)))
+	if cls := rt.Headers.Values("content-length"); slices.Contains(rt.Report.Touched, "content-length") && len(cls) == 1 && cls[0] != strconv.Itoa(len(body)) {
+		g.log.Warn("EPP Content-Length does not match the mutated body", "content-length", cls[0], "body", len(body))
+		localReply(out, http.StatusBadGateway, fmt.Sprintf("the EPP set Content-Length %s but returned a %d-byte body", cls[0], len(body)))
 		return res
 	}
 	if g.cfg.Mode == ModeStrict {
 		addrs = addrs[:1]
 	}
-	hdr, path, host := upstreamHeaders(in, d)
+	hdr, path, host := upstreamHeaders(rt.Headers)
 	resp, endpoint, err := g.forward(ctx, in.method, path, host, hdr, body, addrs)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -289,28 +320,37 @@ func eppRequestHeaders(in *inbound) []extprocclient.Header {
 	return hs
 }
 
-// upstreamHeaders applies the EPP's request header mutation to the client's headers.
-func upstreamHeaders(in *inbound, d *extprocclient.Decision) (http.Header, string, string) {
-	h := in.header.Clone()
-	stripHop(h)
-	path, host := in.path, in.host
-	for _, k := range d.RemovedHeaders {
-		h.Del(k)
-	}
-	for k, v := range d.Headers {
-		switch k {
-		case ":path":
-			path = v
-		case ":authority", "host":
-			host = v
-		case "content-length":
+// upstreamHeaders turns the mutated request header list into the forwarded request: :path and
+// :authority become the path and Host, other pseudo-headers, hop-by-hop headers and
+// Content-Length (set from the body actually sent) are dropped, and every other entry is sent,
+// repeated names as repeated header lines.
+func upstreamHeaders(hl extprocclient.HeaderList) (http.Header, string, string) {
+	h := http.Header{}
+	var path, host string
+	for _, e := range hl {
+		switch {
+		case e.Key == ":path":
+			path = e.Value
+		case e.Key == ":authority" || e.Key == "host":
+			host = e.Value
+		case strings.HasPrefix(e.Key, ":"):
 		default:
-			if !strings.HasPrefix(k, ":") {
-				h.Set(k, v)
-			}
+			h.Add(e.Key, e.Value)
 		}
 	}
+	stripHop(h)
 	return h, path, host
+}
+
+// duplicateReport explains a duplicated header: its values and the append rule that made them.
+func duplicateReport(hl extprocclient.HeaderList, dups []string, sem extprocclient.HeaderSemantics) string {
+	parts := make([]string, len(dups))
+	for i, name := range dups {
+		parts[i] = fmt.Sprintf("%s: %q", name, hl.Values(name))
+	}
+	return fmt.Sprintf("the request would reach the model server with a duplicated header (%s): the EPP's header mutation "+
+		"appended to a value the request already carried; set append_action OVERWRITE_IF_EXISTS_OR_ADD (header semantics %s; SPEC §9.3)",
+		strings.Join(parts, "; "), sem)
 }
 
 func splitPick(pick string) []string {
@@ -360,7 +400,7 @@ func (g *Gateway) responsePhases(ctx context.Context, st *extprocclient.Stream, 
 		p.stop(st, pumpDone)
 		if g.cfg.FailureMode == FailOpen {
 			if !wroteHeader {
-				writeResponseHeader(out, resp.StatusCode, resp.Header, nil, endpoint, true)
+				_ = writeResponseHeader(out, resp.StatusCode, resp.Header, nil, endpoint, true, g.cfg.HeaderSemantics)
 				wroteHeader = true
 			}
 			sent := p.bytes()
@@ -450,7 +490,12 @@ func (g *Gateway) responsePhases(ctx context.Context, st *extprocclient.Stream, 
 			return
 		}
 		if gotHeaders && !wroteHeader {
-			writeResponseHeader(out, resp.StatusCode, resp.Header, rr, endpoint, noBody)
+			if err := writeResponseHeader(out, resp.StatusCode, resp.Header, rr, endpoint, noBody, g.cfg.HeaderSemantics); err != nil {
+				p.stop(st, pumpDone)
+				g.log.Warn("EPP response header mutation rejected", "err", err)
+				localReply(out, g.cfg.StatusOnError, "ext_proc: the EPP's response header mutation was rejected: "+err.Error())
+				return
+			}
 			wroteHeader = true
 		}
 		if chunk := rr.Body[before:]; len(chunk) > 0 {
@@ -472,36 +517,47 @@ func (g *Gateway) responsePhases(ctx context.Context, st *extprocclient.Stream, 
 }
 
 // writeResponseHeader writes the client response headers: the upstream's minus hop-by-hop and
-// the pick header, with the EPP's response header mutation applied and x-eppkit-routed-to.
-func writeResponseHeader(out sink, status int, upstream http.Header, rr *extprocclient.ResponseResult, endpoint string, keepLength bool) {
-	h := out.Header()
-	for k, vs := range upstream {
-		h[k] = append([]string(nil), vs...)
-	}
+// the pick header, with the EPP's response_headers mutation applied with the gateway's header
+// semantics (as on the request side) and x-eppkit-routed-to. It returns the mutation's error
+// without writing anything; the caller answers status_on_error as Envoy does.
+func writeResponseHeader(out sink, status int, upstream http.Header, rr *extprocclient.ResponseResult, endpoint string, keepLength bool, sem extprocclient.HeaderSemantics) error {
 	cl := upstream.Get("Content-Length")
-	stripHop(h)
-	if rr != nil {
-		for _, k := range rr.RemovedHeaders {
-			h.Del(k)
+	hl := extprocclient.HeaderList{{Key: ":status", Value: strconv.Itoa(status)}}
+	for k, vs := range upstream {
+		for _, v := range vs {
+			hl = append(hl, extprocclient.Header{Key: strings.ToLower(k), Value: v})
 		}
-		for k, v := range rr.Headers {
-			switch {
-			case k == ":status":
-				if n, err := strconv.Atoi(v); err == nil && n >= 100 && n <= 599 {
-					status = n
+	}
+	if rr != nil {
+		for _, msg := range rr.Responses {
+			if rh, ok := msg.Response.(*extprocv3.ProcessingResponse_ResponseHeaders); ok {
+				if _, err := extprocclient.ApplyHeaderMutation(&hl, rh.ResponseHeaders.GetResponse().GetHeaderMutation(), sem); err != nil {
+					return err
 				}
-			case strings.HasPrefix(k, ":"):
-			default:
-				h.Set(k, v)
+				break
 			}
 		}
 	}
+	h := out.Header()
+	for _, e := range hl {
+		if e.Key == ":status" {
+			if n, err := strconv.Atoi(e.Value); err == nil && n >= 100 && n <= 599 {
+				status = n
+			}
+			continue
+		}
+		if !strings.HasPrefix(e.Key, ":") {
+			h.Add(e.Key, e.Value)
+		}
+	}
+	stripHop(h)
 	if keepLength && cl != "" && h.Get("Content-Length") == "" {
 		h.Set("Content-Length", cl)
 	}
 	h.Del(DestinationHeader)
 	h.Set(RoutedToHeader, endpoint)
 	out.WriteHeader(status)
+	return nil
 }
 
 // pump reads the upstream body and sends it to the EPP as response_body chunks.

@@ -93,7 +93,7 @@ type Config struct {
 	// Logger receives one line per pod lifecycle step (default: discard).
 	Logger *slog.Logger
 	// NodeOnly registers the node and renews its lease but runs no pods: for a node whose pods'
-	// status someone else writes (conformance/apiserver's pool pods in `eppkit conformance
+	// status someone else writes (conformance/endpointsource/apiserver's pool pods in `eppkit conformance
 	// --target cluster`), so the pod garbage collector and the node lifecycle controller leave
 	// them alone. Kubeconfig and StateDir are not needed then.
 	NodeOnly bool
@@ -169,9 +169,6 @@ func New(cfg Config) (*Kubelet, error) {
 	return &Kubelet{cfg: cfg, log: log, prefix: prefix, workers: map[types.UID]*podWorker{},
 		ips: map[netip.Addr]types.UID{}, nextIP: prefix.Addr().Next()}, nil
 }
-
-// NodeName is the registered node's name.
-func (k *Kubelet) NodeName() string { return k.cfg.NodeName }
 
 // Run registers the node, keeps its Lease renewed and runs the node's Pods until ctx ends; then
 // it stops every container (SIGTERM, SIGKILL after each Pod's grace period, at most 10 s) and

@@ -32,8 +32,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
-	"github.com/eppkit/eppkit/conformance/apiserver"
 	"github.com/eppkit/eppkit/conformance/cluster/portforward"
+	"github.com/eppkit/eppkit/conformance/endpointsource/apiserver"
 	"github.com/eppkit/eppkit/fakes/kubelet"
 )
 

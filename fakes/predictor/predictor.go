@@ -11,7 +11,6 @@
 package predictor
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,7 +21,7 @@ import (
 	"sync"
 	"time"
 
-	wire "github.com/eppkit/eppkit/reference/predictor"
+	wire "github.com/eppkit/eppkit/internal/predictorapi"
 )
 
 // Behavior is what the fake does now. The zero value answers every call at once, ready, with
@@ -110,17 +109,6 @@ func (s *Server) Close() error {
 		return nil
 	}
 	return s.srv.Close()
-}
-
-// Set replaces the behaviour (validated; on error nothing changes).
-func (s *Server) Set(b Behavior) error {
-	if err := b.Validate(); err != nil {
-		return err
-	}
-	s.mu.Lock()
-	s.b = b
-	s.mu.Unlock()
-	return nil
 }
 
 // Update changes the behaviour in place (validated; on error nothing changes).
@@ -439,21 +427,5 @@ func (s *Server) metrics(w http.ResponseWriter, _ *http.Request, b Behavior, fn 
 	fmt.Fprintf(w, "model_type{type=%q} 1\nobjective_type{type=%q} 1\nmodel_quantile %g\n", b.modelType(), wire.ObjectiveQuantile, b.quantile())
 	if fn == nil {
 		fmt.Fprintf(w, "ttft_intercept %g\ntpot_intercept %g\n", b.TTFTms, b.TPOTms)
-	}
-}
-
-// WaitForCalls polls until cond holds for the call counts or ctx ends.
-func (s *Server) WaitForCalls(ctx context.Context, cond func(Calls) bool) error {
-	t := time.NewTicker(5 * time.Millisecond)
-	defer t.Stop()
-	for {
-		if cond(s.Calls()) {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("fake predictor: calls %+v: %w", s.Calls(), ctx.Err())
-		case <-t.C:
-		}
 	}
 }

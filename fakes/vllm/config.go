@@ -170,6 +170,10 @@ type FakeMetrics struct {
 	KVCacheUsage float64 `json:"kv-cache-usage"`
 	// Loras pins the vllm:lora_requests_info series.
 	Loras []LoraMetrics `json:"loras,omitempty"`
+	// Engines pins engine i's gauges to Engines[i] instead of the three above, with
+	// DataParallelMode internal (engine-labelled series); engines past the list keep the values
+	// above. An eppkit key (the simulator has no internal data parallelism).
+	Engines []EngineGauges `json:"engines,omitempty"`
 	// Ignored holds the simulator's other fake-metrics keys (histogram bucket values, token
 	// samples, request-success-total), accepted and not modelled.
 	Ignored map[string]json.RawMessage `json:"-"`
@@ -199,6 +203,8 @@ func (f *FakeMetrics) UnmarshalJSON(b []byte) error {
 			err = json.Unmarshal(v, &out.KVCacheUsage)
 		case "loras":
 			err = json.Unmarshal(v, &out.Loras)
+		case "engines":
+			err = decodeStrict(v, &out.Engines)
 		default:
 			if !slices.Contains(fakeMetricsIgnoredKeys, k) {
 				return fmt.Errorf("fake-metrics: unknown key %q", k)
@@ -219,12 +225,39 @@ func (f *FakeMetrics) UnmarshalJSON(b []byte) error {
 // MarshalJSON writes the modelled keys.
 func (f FakeMetrics) MarshalJSON() ([]byte, error) {
 	type plain struct {
-		RunningRequests int64         `json:"running-requests"`
-		WaitingRequests int64         `json:"waiting-requests"`
-		KVCacheUsage    float64       `json:"kv-cache-usage"`
-		Loras           []LoraMetrics `json:"loras,omitempty"`
+		RunningRequests int64          `json:"running-requests"`
+		WaitingRequests int64          `json:"waiting-requests"`
+		KVCacheUsage    float64        `json:"kv-cache-usage"`
+		Loras           []LoraMetrics  `json:"loras,omitempty"`
+		Engines         []EngineGauges `json:"engines,omitempty"`
 	}
-	return json.Marshal(plain{f.RunningRequests, f.WaitingRequests, f.KVCacheUsage, f.Loras})
+	return json.Marshal(plain{f.RunningRequests, f.WaitingRequests, f.KVCacheUsage, f.Loras, f.Engines})
+}
+
+// EngineGauges are one data-parallel engine's pinned gauges (FakeMetrics.Engines), with the
+// keys of FakeMetrics.
+type EngineGauges struct {
+	// RunningRequests pins the engine's vllm:num_requests_running.
+	RunningRequests int64 `json:"running-requests"`
+	// WaitingRequests pins the engine's vllm:num_requests_waiting.
+	WaitingRequests int64 `json:"waiting-requests"`
+	// KVCacheUsage pins the engine's KV-cache use, a fraction in [0,1].
+	KVCacheUsage float64 `json:"kv-cache-usage"`
+}
+
+// forEngine returns the gauges engine i reports under the pin.
+func (f *FakeMetrics) forEngine(i int) EngineGauges {
+	if i < len(f.Engines) {
+		return f.Engines[i]
+	}
+	return EngineGauges{f.RunningRequests, f.WaitingRequests, f.KVCacheUsage}
+}
+
+// decodeStrict decodes b into v, refusing unknown keys.
+func decodeStrict(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	return dec.Decode(v)
 }
 
 // Validate checks ranges as the simulator does.
@@ -234,6 +267,14 @@ func (f *FakeMetrics) Validate() error {
 	}
 	if f.KVCacheUsage < 0 || f.KVCacheUsage > 1 || math.IsNaN(f.KVCacheUsage) {
 		return fmt.Errorf("fake-metrics: kv-cache-usage must be in [0,1], got %v", f.KVCacheUsage)
+	}
+	for i, e := range f.Engines {
+		if e.RunningRequests < 0 || e.WaitingRequests < 0 {
+			return fmt.Errorf("fake-metrics: engines[%d]: running-requests and waiting-requests cannot be negative", i)
+		}
+		if e.KVCacheUsage < 0 || e.KVCacheUsage > 1 || math.IsNaN(e.KVCacheUsage) {
+			return fmt.Errorf("fake-metrics: engines[%d]: kv-cache-usage must be in [0,1], got %v", i, e.KVCacheUsage)
+		}
 	}
 	return nil
 }
@@ -265,7 +306,12 @@ type Config struct {
 	// ServedModelNames are the names the API accepts and reports for the base model; default
 	// [Model]. The first is used in responses and in the model_name metric label.
 	ServedModelNames []string `json:"served-model-name,omitempty"`
-	// MaxLoras is the number of adapters that may run at once (≥ 1).
+	// MaxLoras is the number of adapters that may run at once. 0 (the default) means LoRA is
+	// off, as in vLLM without --enable-lora: no adapter can be loaded and /metrics has no
+	// vllm:lora_requests_info. Validate turns 0 into 1 (vLLM's default max_loras) when
+	// EnableLoRA is set or LoraModules lists adapters. The simulator's default is 1 and it
+	// always exports the LoRA family; vLLM does not (vllm/v1/metrics/loggers.py registers it
+	// only with a LoRA config).
 	MaxLoras int `json:"max-loras"`
 	// MaxCPULoras is the number of adapters kept loaded (≥ MaxLoras; 0 means MaxLoras).
 	MaxCPULoras int `json:"max-cpu-loras"`
@@ -298,6 +344,9 @@ type Config struct {
 	DPSize int `json:"data-parallel-size"`
 	// MaxRequestBodySizeMB bounds request bodies (1–512 MB); larger bodies get 413.
 	MaxRequestBodySizeMB int `json:"max-request-body-size-mb"`
+	// EmbeddingDim is the length of /v1/embeddings vectors when the request sets no dimensions
+	// (the simulator's --default-embedding-dimensions; eppkit's --embedding-dim), at least 1.
+	EmbeddingDim int `json:"default-embedding-dimensions"`
 
 	// eppkit additions.
 
@@ -312,14 +361,33 @@ type Config struct {
 	GaugeOnly bool `json:"gauge-only"`
 	// SlowFirstByteDelay is how long the slow-first-byte failure holds the headers back.
 	SlowFirstByteDelay Duration `json:"slow-first-byte-delay"`
+	// EnableLoRA turns LoRA on with MaxLoras 1 when MaxLoras is 0 (vLLM's --enable-lora).
+	EnableLoRA bool `json:"enable-lora"`
+	// MetricsNames is the vLLM metric-name generation /metrics follows: MetricsCurrent (the
+	// default), MetricsLegacy or MetricsBoth.
+	MetricsNames string `json:"metrics-names"`
+	// DataParallelMode is how DPSize ranks are served: DataParallelPorts (the default, the
+	// simulator's: rank i is its own server on Port+i) or DataParallelInternal (vLLM's internal
+	// load balancing: one server on Port in front of DPSize engines, each engine's series
+	// labelled engine="0".."N-1"). Internal needs a v1 generation (not MetricsLegacy).
+	DataParallelMode string `json:"data-parallel-mode"`
 }
 
+// Data-parallel modes (Config.DataParallelMode, --data-parallel-mode).
+const (
+	DataParallelPorts    = "ports"
+	DataParallelInternal = "internal"
+)
+
+// LoRAEnabled reports whether LoRA is on (MaxLoras > 0 after Validate).
+func (c *Config) LoRAEnabled() bool { return c.MaxLoras > 0 }
+
 // DefaultConfig returns the simulator's defaults (pkg/common/config.go newConfig), with the
-// listen host 127.0.0.1 and a seed from the current time.
+// listen host 127.0.0.1, a seed from the current time, and vLLM's where the simulator is kinder
+// than vLLM: LoRA off (MaxLoras 0) and the current metric names.
 func DefaultConfig() Config {
 	return Config{
 		Port:                  8000,
-		MaxLoras:              1,
 		MaxNumSeqs:            5,
 		MaxWaitingQueueLength: 1000,
 		MaxModelLen:           1024,
@@ -330,6 +398,9 @@ func DefaultConfig() Config {
 		BlockSize:             16,
 		DPSize:                1,
 		MaxRequestBodySizeMB:  4,
+		EmbeddingDim:          DefaultEmbeddingDim,
+		MetricsNames:          MetricsCurrent,
+		DataParallelMode:      DataParallelPorts,
 		Host:                  "127.0.0.1",
 		PodName:               os.Getenv("POD_NAME"),
 		PodNamespace:          os.Getenv("POD_NAMESPACE"),
@@ -363,8 +434,11 @@ func (c *Config) Validate() error {
 	if err := c.Latency.Validate(); err != nil {
 		return err
 	}
-	if c.MaxLoras < 1 {
-		return errors.New("max-loras: cannot be less than 1")
+	if c.MaxLoras < 0 {
+		return errors.New("max-loras: cannot be negative")
+	}
+	if c.MaxLoras == 0 && (c.EnableLoRA || len(c.LoraModules) > 0) {
+		c.MaxLoras = 1
 	}
 	if c.MaxCPULoras == 0 {
 		c.MaxCPULoras = c.MaxLoras
@@ -432,6 +506,20 @@ func (c *Config) Validate() error {
 	if c.SlowFirstByteDelay < 0 {
 		return errors.New("slow-first-byte-delay: cannot be negative")
 	}
+	if c.EmbeddingDim < 1 {
+		return errors.New("default-embedding-dimensions: must be at least 1")
+	}
+	if err := validateGeneration(c.MetricsNames); err != nil {
+		return err
+	}
+	switch c.DataParallelMode {
+	case DataParallelPorts, DataParallelInternal:
+	default:
+		return fmt.Errorf("data-parallel-mode: want %s or %s, got %q", DataParallelPorts, DataParallelInternal, c.DataParallelMode)
+	}
+	if c.DataParallelMode == DataParallelInternal && c.MetricsNames == MetricsLegacy {
+		return errors.New("data-parallel-mode: internal needs the v1 engine's metrics (metrics-names current or both); vLLM's v0 engine had no internal data parallelism")
+	}
 	return nil
 }
 
@@ -494,7 +582,8 @@ func init() {
 		"time-factor-under-load", "mode", "seed", "enable-kvcache", "kv-cache-size", "block-size",
 		"fake-metrics", "failure-injection-rate", "failure-types", "data-parallel-size",
 		"max-request-body-size-mb", "host", "pod-name", "pod-namespace", "gauge-only",
-		"slow-first-byte-delay"} {
+		"slow-first-byte-delay", "default-embedding-dimensions", "enable-lora", "metrics-names",
+		"data-parallel-mode"} {
 		configFileKeys[k] = true
 	}
 }

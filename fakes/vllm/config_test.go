@@ -132,11 +132,47 @@ func TestFlags(t *testing.T) {
 			t.Errorf("FakeMetrics (-want +got):\n%s", diff)
 		}
 	})
+	t.Run("faithful-fakes flags and the simulator's embedding flag", func(t *testing.T) {
+		cfg, warnings, err := parseArgs(t, "--model", "m", "--metrics-names", "legacy", "--default-embedding-dimensions", "64")
+		if err != nil || len(warnings) != 0 {
+			t.Fatalf("err %v warnings %v", err, warnings)
+		}
+		if cfg.MetricsNames != MetricsLegacy || cfg.EmbeddingDim != 64 || cfg.LoRAEnabled() || cfg.DataParallelMode != DataParallelPorts {
+			t.Errorf("config = %+v", cfg)
+		}
+		cfg, _, err = parseArgs(t, "--model", "m", "--embedding-dim", "8", "--enable-lora", "--data-parallel-size", "2", "--data-parallel-mode", "internal")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.EmbeddingDim != 8 || cfg.MaxLoras != 1 || !cfg.LoRAEnabled() || cfg.DataParallelMode != DataParallelInternal || cfg.MetricsNames != MetricsCurrent {
+			t.Errorf("config = %+v", cfg)
+		}
+	})
+	t.Run("LoRA is off by default and on with adapters or max-loras", func(t *testing.T) {
+		for _, tc := range []struct {
+			args []string
+			want int
+		}{
+			{nil, 0},
+			{[]string{"--lora-modules", `{"name":"a"}`}, 1},
+			{[]string{"--max-loras", "3"}, 3},
+		} {
+			cfg, _, err := parseArgs(t, append([]string{"--model", "m"}, tc.args...)...)
+			if err != nil || cfg.MaxLoras != tc.want || cfg.LoRAEnabled() != (tc.want > 0) {
+				t.Errorf("%v: MaxLoras %d (err %v), want %d", tc.args, cfg.MaxLoras, err, tc.want)
+			}
+		}
+	})
 	errCases := []struct {
 		name    string
 		args    []string
 		wantErr string
 	}{
+		{"unknown metrics generation", []string{"--model", "m", "--metrics-names", "v0"}, "metrics-names"},
+		{"unknown data-parallel mode", []string{"--model", "m", "--data-parallel-mode", "external"}, "data-parallel-mode"},
+		{"internal data parallelism with legacy names", []string{"--model", "m", "--data-parallel-mode", "internal", "--metrics-names", "legacy"}, "data-parallel-mode"},
+		{"zero embedding dim", []string{"--model", "m", "--embedding-dim", "0"}, "default-embedding-dimensions"},
+		{"negative max-loras", []string{"--model", "m", "--max-loras", "-1"}, "max-loras"},
 		{"no model", []string{"--port", "1"}, "model"},
 		{"bad mode", []string{"--model", "m", "--mode", "x"}, "mode"},
 		{"rate over 100", []string{"--model", "m", "--failure-injection-rate", "101"}, "failure-injection-rate"},

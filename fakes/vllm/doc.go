@@ -3,11 +3,17 @@
 // (github.com/llm-d/llm-d-inference-sim, pkg/common/config.go and pkg/llm-d-inference-sim), backed
 // by the queueing and KV-cache engine in fakes/vllm/engine. SPEC.md §7 is the rulebook.
 //
-// One Server is one data-parallel rank: its own engine, port and /metrics. Start starts all ranks
-// of a Config (rank i listens on Port+i) and returns an Instance.
+// One Server is one data-parallel rank: its own engine, port and /metrics; or, with
+// DataParallelInternal, one server in front of every engine (vLLM's internal load balancing,
+// series labelled engine="0".."N-1"). Start starts all ranks of a Config (rank i listens on
+// Port+i) and returns an Instance.
 //
-// Endpoints: POST /v1/completions, POST /v1/chat/completions (JSON or SSE), GET /v1/models,
-// POST /v1/load_lora_adapter, POST /v1/unload_lora_adapter, GET /health, GET /metrics,
-// GET|POST /admin/config. Every response carries x-inference-pod, x-inference-namespace and
-// x-inference-port; x-request-id is echoed.
+// Endpoints: POST /v1/completions (every OpenAI prompt form: string, []string, []int, [][]int),
+// POST /v1/chat/completions, POST /v1/messages (Anthropic Messages, as vLLM serves it), POST
+// /v1/responses (OpenAI Responses, as vLLM serves it) — each as JSON or SSE with its own event
+// names and usage fields — POST /v1/embeddings (a prefill-only engine request per input), GET
+// /v1/models, POST /v1/load_lora_adapter, POST /v1/unload_lora_adapter, GET /health, GET
+// /metrics (names of the MetricsNames generation), GET|POST /admin/config. Errors are written
+// in each API's own shape. Every response carries x-inference-pod, x-inference-namespace and
+// x-inference-port; x-request-id is echoed. SPEC.md §7 and §7.1 are the rulebook.
 package vllm

@@ -44,7 +44,7 @@ var IgnoredSimFlags = []IgnoredFlag{
 	{Name: "enable-sleep-mode", Bool: true}, {Name: "no-enable-sleep-mode", Bool: true},
 	{Name: "enable-request-id-headers", Bool: true}, {Name: "log-http", Bool: true},
 	{Name: "ssl-certfile"}, {Name: "ssl-keyfile"}, {Name: "self-signed-certs", Bool: true},
-	{Name: "latency-calculator"}, {Name: "default-embedding-dimensions"},
+	{Name: "latency-calculator"},
 	{Name: "fake-metrics-refresh-interval"},
 	{Name: "mm-encoder-only", Bool: true}, {Name: "no-mm-encoder-only", Bool: true},
 	{Name: "omni", Bool: true}, {Name: "no-omni", Bool: true}, {Name: "image-emission-rate"},
@@ -115,7 +115,7 @@ func BindFlags(fs *pflag.FlagSet, cfg *Config) *FlagValues {
 	fs.StringArrayVar(&v.served, "served-model-name", nil, "Model names exposed by the API (space-separated list); default: --model")
 	fs.IntVar(&cfg.MaxNumSeqs, "max-num-seqs", cfg.MaxNumSeqs, "Maximum number of requests running at once")
 	fs.IntVar(&cfg.MaxWaitingQueueLength, "max-waiting-queue-length", cfg.MaxWaitingQueueLength, "Maximum length of the waiting queue; a full queue answers 429")
-	fs.IntVar(&cfg.MaxLoras, "max-loras", cfg.MaxLoras, "Maximum number of LoRAs in a single batch")
+	fs.IntVar(&cfg.MaxLoras, "max-loras", cfg.MaxLoras, "Maximum number of LoRAs in a single batch; 0 (default) is LoRA off unless --enable-lora or --lora-modules (vLLM's default; the simulator's is 1)")
 	fs.IntVar(&cfg.MaxCPULoras, "max-cpu-loras", cfg.MaxCPULoras, "Maximum number of LoRAs loaded (default: --max-loras)")
 	fs.IntVar(&cfg.MaxModelLen, "max-model-len", cfg.MaxModelLen, "Context window in tokens (prompt + output)")
 	fs.StringArrayVar(&v.loras, "lora-modules", nil, `LoRA adapters, space-separated JSON strings like '{"name": "food-review-1"}'`)
@@ -137,12 +137,17 @@ func BindFlags(fs *pflag.FlagSet, cfg *Config) *FlagValues {
 	fs.StringArrayVar(&v.failureTypes, "failure-types", nil, "Failure kinds to inject (space-separated): "+strings.Join(AllFailureTypes, ", ")+"; default: the simulator's six")
 	fs.IntVar(&cfg.DPSize, "data-parallel-size", cfg.DPSize, "Number of data-parallel ranks (1-8); rank i listens on port+i")
 	fs.IntVar(&cfg.MaxRequestBodySizeMB, "max-request-body-size-mb", cfg.MaxRequestBodySizeMB, "Maximum request body size in MB (1-512); larger bodies get 413")
+	fs.IntVar(&cfg.EmbeddingDim, "default-embedding-dimensions", cfg.EmbeddingDim, "Length of /v1/embeddings vectors when the request sets no dimensions")
 	// eppkit additions.
 	fs.StringVar(&cfg.Host, "host", cfg.Host, "[eppkit] Listen address")
 	fs.StringVar(&cfg.PodName, "pod-name", cfg.PodName, "[eppkit] Pod name for x-inference-pod (default: env POD_NAME, else hostname)")
 	fs.StringVar(&cfg.PodNamespace, "pod-namespace", cfg.PodNamespace, "[eppkit] Namespace for x-inference-namespace (default: env POD_NAMESPACE)")
 	fs.BoolVar(&cfg.GaugeOnly, "gauge-only", cfg.GaugeOnly, "[eppkit] Skip the latency histograms (large benchmarks)")
 	fs.Var(&cfg.SlowFirstByteDelay, "slow-first-byte-delay", "[eppkit] Header delay of the slow-first-byte failure")
+	fs.IntVar(&cfg.EmbeddingDim, "embedding-dim", cfg.EmbeddingDim, "[eppkit] Same as --default-embedding-dimensions")
+	fs.BoolVar(&cfg.EnableLoRA, "enable-lora", cfg.EnableLoRA, "[eppkit, vLLM's flag] Turn LoRA on (max-loras 1 unless set); LoRA is also on with --max-loras N > 0 or --lora-modules")
+	fs.StringVar(&cfg.MetricsNames, "metrics-names", cfg.MetricsNames, "[eppkit] vLLM metric-name generation on /metrics: current (vLLM v0.11+: kv_cache_usage_perc, engine labels), legacy (v0 engine before v0.10: gpu_cache_usage_perc, model_name only) or both (v0.9-v0.10)")
+	fs.StringVar(&cfg.DataParallelMode, "data-parallel-mode", cfg.DataParallelMode, "[eppkit] How --data-parallel-size ranks are served: ports (rank i on port+i, the simulator's) or internal (one server on --port in front of N engines, series labelled engine=0..N-1, vLLM's internal load balancing)")
 	for _, f := range IgnoredSimFlags {
 		usage := "llm-d-inference-sim flag, accepted and ignored"
 		short := ""
@@ -289,6 +294,14 @@ func copyFlagField(name string, src, dst *Config) {
 		dst.GaugeOnly = src.GaugeOnly
 	case "slow-first-byte-delay":
 		dst.SlowFirstByteDelay = src.SlowFirstByteDelay
+	case "default-embedding-dimensions", "embedding-dim":
+		dst.EmbeddingDim = src.EmbeddingDim
+	case "enable-lora":
+		dst.EnableLoRA = src.EnableLoRA
+	case "metrics-names":
+		dst.MetricsNames = src.MetricsNames
+	case "data-parallel-mode":
+		dst.DataParallelMode = src.DataParallelMode
 	}
 }
 

@@ -3,11 +3,12 @@ package vllm
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/eppkit/eppkit/fakes/vllm/engine"
 )
 
 // APIError is an OpenAI-style error: the body {"error":{"message","type","param","code"}} and
@@ -73,11 +74,13 @@ type StreamOptions struct {
 	IncludeUsage bool `json:"include_usage"`
 }
 
-// ChatMessage is one chat message. Content is a string or an array of content parts; only text
-// parts contribute to the prompt.
+// ChatMessage is one chat message. Content is a string or an array of content parts (text,
+// image_url, input_audio, file, refusal); tool_calls of an assistant message are rendered into
+// the prompt as their JSON.
 type ChatMessage struct {
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
+	Role      string          `json:"role"`
+	Content   json.RawMessage `json:"content"`
+	ToolCalls json.RawMessage `json:"tool_calls,omitempty"`
 }
 
 // CompletionRequest is the subset of the OpenAI /v1/completions and /v1/chat/completions request
@@ -86,31 +89,54 @@ type CompletionRequest struct {
 	Model               string          `json:"model"`
 	Prompt              json.RawMessage `json:"prompt,omitempty"`
 	Messages            []ChatMessage   `json:"messages,omitempty"`
+	Tools               json.RawMessage `json:"tools,omitempty"`
 	Stream              bool            `json:"stream"`
 	StreamOptions       *StreamOptions  `json:"stream_options,omitempty"`
 	MaxTokens           *int            `json:"max_tokens,omitempty"`
 	MaxCompletionTokens *int            `json:"max_completion_tokens,omitempty"`
 	CacheSalt           string          `json:"cache_salt,omitempty"`
 	N                   *int            `json:"n,omitempty"`
-
-	// Filled by DecodeRequest.
-	isChat     bool
-	promptText string // text sent to the engine
-	echoText   string // text echoed in echo mode
 }
 
-// DecodeRequest parses and validates a completions (chat=false) or chat completions (chat=true)
-// body. Errors are *APIError with status 400 naming the field. It never panics on input.
-func DecodeRequest(body []byte, chat bool) (*CompletionRequest, error) {
+// genRequest is a decoded request of any API, in the form the engine runs it.
+type genRequest struct {
+	api   apiKind
+	model string
+	// prompts holds one entry per engine sequence: several only for a completions prompt or an
+	// embeddings input given as a list (vLLM runs each as its own request).
+	prompts []promptInput
+	// echo is what echo mode answers for each prompt: the prompt itself for completions, the
+	// last message's text for the chat-style APIs.
+	echo [][]engine.Token
+	// maxTokens is the requested output limit, 0 when unset.
+	maxTokens    int
+	stream       bool
+	includeUsage bool
+	cacheSalt    string
+	// instructions is the Responses API's instructions (echoed in the response object).
+	instructions *string
+	// Embeddings: the vector length and whether to encode vectors as base64.
+	dims   int
+	base64 bool
+}
+
+// decodeCompletion parses and validates a completions (chat=false) or chat completions
+// (chat=true) body. Errors are 400 APIErrors naming the field. It never panics on input.
+//
+// Completions take every OpenAI prompt form (vLLM entrypoints/openai CompletionRequest.prompt:
+// string, []string, []int, [][]int); a list is one request per element (choices indexed in
+// order). Chat content parts are rendered in order, non-text parts by identity (URL or a digest
+// of inline data), and assistant tool_calls and the request's tools as their JSON.
+func decodeCompletion(body []byte, chat bool) (*genRequest, *APIError) {
 	var req CompletionRequest
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if err := dec.Decode(&req); err != nil {
-		return nil, NewAPIError(http.StatusBadRequest, "", "invalid JSON body: %v", err)
+	if err := decodeObject(body, &req); err != nil {
+		return nil, err
 	}
-	if dec.More() {
-		return nil, NewAPIError(http.StatusBadRequest, "", "invalid JSON body: trailing data after the object")
+	g := &genRequest{api: apiCompletions, model: req.Model, stream: req.Stream, cacheSalt: req.CacheSalt,
+		includeUsage: req.StreamOptions != nil && req.StreamOptions.IncludeUsage}
+	if chat {
+		g.api = apiChat
 	}
-	req.isChat = chat
 	if req.Model == "" {
 		return nil, NewAPIError(http.StatusBadRequest, "model", "the field 'model' is required")
 	}
@@ -125,80 +151,72 @@ func DecodeRequest(body []byte, chat bool) (*CompletionRequest, error) {
 			return nil, NewAPIError(http.StatusBadRequest, p.name, "%s must be at least 1, got %d", p.name, *p.v)
 		}
 	}
-	if chat {
-		if len(req.Messages) == 0 {
-			return nil, NewAPIError(http.StatusBadRequest, "messages", "the field 'messages' must be a non-empty array")
+	switch {
+	case req.MaxCompletionTokens != nil:
+		g.maxTokens = *req.MaxCompletionTokens
+	case req.MaxTokens != nil:
+		g.maxTokens = *req.MaxTokens
+	}
+	if !chat {
+		prompts, err := parsePrompts(req.Prompt, "prompt")
+		if err != nil {
+			return nil, err
 		}
-		var sb strings.Builder
-		for i, m := range req.Messages {
-			if m.Role == "" {
-				return nil, NewAPIError(http.StatusBadRequest, fmt.Sprintf("messages[%d].role", i), "messages[%d]: the field 'role' is required", i)
-			}
-			text, err := contentText(m.Content)
-			if err != nil {
-				return nil, NewAPIError(http.StatusBadRequest, fmt.Sprintf("messages[%d].content", i), "messages[%d].content: %v", i, err)
-			}
-			// A plain chat template: "role: content\n" per message.
-			sb.WriteString(m.Role)
-			sb.WriteString(": ")
-			sb.WriteString(text)
-			sb.WriteByte('\n')
-			req.echoText = text
+		g.prompts = prompts
+		for _, p := range prompts {
+			g.echo = append(g.echo, p.engineTokens())
 		}
-		req.promptText = sb.String()
-		return &req, nil
+		return g, nil
 	}
-	if len(req.Prompt) == 0 || string(req.Prompt) == "null" {
-		return nil, NewAPIError(http.StatusBadRequest, "prompt", "the field 'prompt' is required")
+	if len(req.Messages) == 0 {
+		return nil, NewAPIError(http.StatusBadRequest, "messages", "the field 'messages' must be a non-empty array")
 	}
-	var s string
-	if err := json.Unmarshal(req.Prompt, &s); err == nil {
-		req.promptText, req.echoText = s, s
-		return &req, nil
+	var sb strings.Builder
+	var echo string
+	for i, m := range req.Messages {
+		if m.Role == "" {
+			return nil, NewAPIError(http.StatusBadRequest, fmt.Sprintf("messages[%d].role", i), "messages[%d]: the field 'role' is required", i)
+		}
+		text, echoText, err := renderChatContent(m.Content)
+		if err != nil {
+			return nil, NewAPIError(http.StatusBadRequest, fmt.Sprintf("messages[%d].content", i), "messages[%d].content: %v", i, err)
+		}
+		if !isNull(m.ToolCalls) {
+			if !json.Valid(m.ToolCalls) || bytes.TrimSpace(m.ToolCalls)[0] != '[' {
+				return nil, NewAPIError(http.StatusBadRequest, fmt.Sprintf("messages[%d].tool_calls", i), "messages[%d].tool_calls: want an array", i)
+			}
+			text += "\n" + compactJSON(m.ToolCalls)
+		}
+		renderTurn(&sb, m.Role, text)
+		echo = echoText
 	}
-	var list []string
-	if err := json.Unmarshal(req.Prompt, &list); err == nil && len(list) == 1 {
-		req.promptText, req.echoText = list[0], list[0]
-		return &req, nil
+	if !isNull(req.Tools) {
+		if bytes.TrimSpace(req.Tools)[0] != '[' {
+			return nil, NewAPIError(http.StatusBadRequest, "tools", "the field 'tools' must be an array")
+		}
+		renderTurn(&sb, "tools", compactJSON(req.Tools))
 	}
-	return nil, NewAPIError(http.StatusBadRequest, "prompt", "the field 'prompt' must be a string (or an array of one string)")
+	g.prompts = []promptInput{{text: sb.String()}}
+	g.echo = [][]engine.Token{engine.Tokenize(echo)}
+	return g, nil
 }
 
-// contentText returns the text of a message content: a string, or the concatenated text parts of
-// an array of {"type":"text","text":...} parts; null is empty.
-func contentText(raw json.RawMessage) (string, error) {
-	if len(raw) == 0 || string(raw) == "null" {
-		return "", nil
-	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err == nil {
-		return s, nil
-	}
-	var parts []struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-	}
-	if err := json.Unmarshal(raw, &parts); err != nil {
-		return "", errors.New("want a string or an array of content parts")
-	}
-	var texts []string
-	for _, p := range parts {
-		if p.Type == "text" {
-			texts = append(texts, p.Text)
-		}
-	}
-	return strings.Join(texts, "\n"), nil
+// renderTurn appends one turn of the fake's plain chat template, "role: content\n" (the same
+// for every chat-style API, so the same conversation is the same prompt on each).
+func renderTurn(sb *strings.Builder, role, content string) {
+	sb.WriteString(role)
+	sb.WriteString(": ")
+	sb.WriteString(content)
+	sb.WriteByte('\n')
 }
 
-// maxTokens is the requested output limit (max_completion_tokens wins over max_tokens), or 0.
-func (r *CompletionRequest) maxTokens() int {
-	if r.MaxCompletionTokens != nil {
-		return *r.MaxCompletionTokens
+// compactJSON returns raw with insignificant whitespace removed (raw must be valid JSON).
+func compactJSON(raw json.RawMessage) string {
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		return string(raw)
 	}
-	if r.MaxTokens != nil {
-		return *r.MaxTokens
-	}
-	return 0
+	return b.String()
 }
 
 // Usage is the OpenAI usage object with vLLM's prompt_tokens_details.
@@ -212,27 +230,6 @@ type Usage struct {
 // PromptTokensDetails carries cached_tokens: prompt tokens served from the prefix cache.
 type PromptTokensDetails struct {
 	CachedTokens int `json:"cached_tokens"`
-}
-
-type chatMessageOut struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
-}
-
-type choiceOut struct {
-	Index        int             `json:"index"`
-	Text         *string         `json:"text,omitempty"`
-	Message      *chatMessageOut `json:"message,omitempty"`
-	FinishReason string          `json:"finish_reason"`
-}
-
-type completionOut struct {
-	ID      string      `json:"id"`
-	Object  string      `json:"object"`
-	Created int64       `json:"created"`
-	Model   string      `json:"model"`
-	Choices []choiceOut `json:"choices"`
-	Usage   Usage       `json:"usage"`
 }
 
 // appendJSONString appends s as a JSON string literal (with quotes) to b.

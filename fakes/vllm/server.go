@@ -52,22 +52,24 @@ type dynamic struct {
 	healthStatus int
 }
 
-// Server is one data-parallel rank of a fake vLLM server.
+// Server is one API server of a fake vLLM deployment: one data-parallel rank in the
+// rank-ports mode (DataParallelPorts), or the one server in front of every engine in the
+// internal mode (DataParallelInternal).
 type Server struct {
-	cfg   Config
-	rank  int
-	opts  Options
-	log   *slog.Logger
-	pod   string
-	portS string
-	engMu sync.RWMutex
-	eng   *engine.Engine
-	met   *metrics
-	dyn   atomic.Pointer[dynamic]
+	cfg     Config
+	rank    int
+	opts    Options
+	log     *slog.Logger
+	pod     string
+	portS   string
+	engines []*rankEngine
+	met     *metrics
+	dyn     atomic.Pointer[dynamic]
 	// adminMu serialises UpdateAdminConfig's read-modify-store of dyn.
 	adminMu sync.Mutex
 	start   time.Time
 	reqSeq  atomic.Uint64
+	lbNext  atomic.Uint64
 
 	lorasMu sync.RWMutex
 	loras   []LoraModule
@@ -79,6 +81,15 @@ type Server struct {
 	ln       net.Listener
 	done     chan struct{}
 	serveErr error
+}
+
+// rankEngine is one engine core of a server and its per-request metrics: the engine label is
+// the data-parallel rank (rank-ports mode: one engine per server) or the engine's index behind
+// the one server (internal mode), as vLLM labels each EngineCore's series.
+type rankEngine struct {
+	index  int
+	engine *engine.Engine
+	met    *engineMetrics
 }
 
 // NewServer builds rank `rank` of cfg (cfg must be valid) on listener ln, without serving.
@@ -99,27 +110,57 @@ func NewServer(cfg Config, rank int, ln net.Listener, opts Options) (*Server, er
 	}
 	s.dyn.Store(&dynamic{latency: cfg.Latency, fakeMetrics: cfg.FakeMetrics,
 		failureRate: cfg.FailureInjectionRate, failureTypes: cfg.FailureTypes})
-	eng, err := s.newEngine(cfg.Latency)
-	if err != nil {
-		return nil, err
+	indexes := []int{rank}
+	if cfg.DataParallelMode == DataParallelInternal {
+		indexes = make([]int, cfg.DPSize)
+		for i := range indexes {
+			indexes[i] = i
+		}
 	}
-	s.eng = eng
-	s.met = newMetrics(cfg.DisplayModel(), cfg.MaxLoras, cfg.BlockSize, cfg.GaugeOnly,
-		s.engineStats, func() *FakeMetrics { return s.dyn.Load().fakeMetrics }, opts.Clock.Now)
+	sources := make([]engineSource, len(indexes))
+	for i, idx := range indexes {
+		eng, err := s.newEngine(cfg.Latency, idx)
+		if err != nil {
+			s.closeEngine()
+			return nil, err
+		}
+		re := &rankEngine{index: idx, engine: eng}
+		s.engines = append(s.engines, re)
+		sources[i] = engineSource{label: strconv.Itoa(idx), stats: func() EngineStats { return convertStats(re.engine.Stats()) }}
+	}
+	var ems []*engineMetrics
+	s.met, ems = newMetrics(metricsConfig{model: cfg.DisplayModel(), generation: cfg.MetricsNames,
+		lora: cfg.LoRAEnabled(), maxLoras: cfg.MaxLoras, blockSize: cfg.BlockSize, prefix: cfg.EnableKVCache,
+		gaugeOnly: cfg.GaugeOnly}, sources, func() *FakeMetrics { return s.dyn.Load().fakeMetrics }, opts.Clock.Now)
+	for i, em := range ems {
+		s.engines[i].met = em
+	}
 	s.httpSrv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
 	return s, nil
 }
 
-func (s *Server) newEngine(l Latency) (*engine.Engine, error) {
-	return engine.New(engine.Config{
-		MaxNumSeqs:              s.cfg.MaxNumSeqs,
-		MaxWaitingQueueLength:   s.cfg.MaxWaitingQueueLength,
-		BlockSize:               s.cfg.BlockSize,
-		KVCacheSize:             s.cfg.KVCacheSize,
-		EnablePrefixCaching:     s.cfg.EnableKVCache,
-		MaxModelLen:             s.cfg.MaxModelLen,
-		MaxLoras:                s.cfg.MaxLoras,
+func (s *Server) newEngine(l Latency, index int) (*engine.Engine, error) {
+	c := s.cfg
+	c.Latency = l
+	return engine.New(c.EngineConfig(index, s.opts.Clock))
+}
+
+// EngineConfig is the engine configuration of engine `index` (the data-parallel rank, or the
+// engine of an internal data-parallel server) of a server with this configuration on clock clk
+// (nil: the real clock): its scheduler, KV-cache and latency settings, seeded with Seed + index.
+// The fleet simulation (conformance/bench/sim) builds its engines with it, so a simulated
+// endpoint is the engine a fake server would run.
+func (c Config) EngineConfig(index int, clk clock.WithTicker) engine.Config {
+	l := c.Latency
+	return engine.Config{
+		MaxNumSeqs:              c.MaxNumSeqs,
+		MaxWaitingQueueLength:   c.MaxWaitingQueueLength,
+		BlockSize:               c.BlockSize,
+		KVCacheSize:             c.KVCacheSize,
+		EnablePrefixCaching:     c.EnableKVCache,
+		MaxModelLen:             c.MaxModelLen,
+		MaxLoras:                max(c.MaxLoras, 1),
 		PrefillOverhead:         l.PrefillOverhead.D(),
 		PrefillTimePerToken:     l.PrefillTimePerToken.D(),
 		PrefillTimeStdDev:       l.PrefillTimeStdDev.D(),
@@ -128,15 +169,48 @@ func (s *Server) newEngine(l Latency) (*engine.Engine, error) {
 		InterTokenLatency:       l.InterTokenLatency.D(),
 		InterTokenLatencyStdDev: l.InterTokenLatencyStdDev.D(),
 		TimeFactorUnderLoad:     l.TimeFactorUnderLoad,
-		Seed:                    s.cfg.Seed + int64(s.rank),
-		Clock:                   s.opts.Clock,
-	})
+		Seed:                    c.Seed + int64(index),
+		Clock:                   clk,
+	}
 }
 
-func (s *Server) engine() *engine.Engine {
-	s.engMu.RLock()
-	defer s.engMu.RUnlock()
-	return s.eng
+// pickEngine chooses the engine for a new request. With one engine it is that one; behind an
+// internal data-parallel server it is the least loaded by vLLM's score, waiting × 4 + running
+// (vllm/v1/engine/core_client.py DPLBAsyncMPClient.get_core_engine_for_request), ties broken
+// round-robin.
+func (s *Server) pickEngine() *rankEngine {
+	if len(s.engines) == 1 {
+		return s.engines[0]
+	}
+	start := int(s.lbNext.Add(1) % uint64(len(s.engines)))
+	best, bestScore := s.engines[start], -1
+	for k := range s.engines {
+		e := s.engines[(start+k)%len(s.engines)]
+		st := e.engine.Stats()
+		if score := st.Waiting*4 + st.Running; bestScore < 0 || score < bestScore {
+			best, bestScore = e, score
+		}
+	}
+	return best
+}
+
+// engineStats sums the engines' stats (one engine unless DataParallelInternal).
+func (s *Server) engineStats() EngineStats {
+	var sum EngineStats
+	for _, e := range s.engines {
+		st := convertStats(e.engine.Stats())
+		sum.Running += st.Running
+		sum.Waiting += st.Waiting
+		sum.KVUsage += st.KVUsage / float64(len(s.engines))
+		sum.RunningLoRAs = append(sum.RunningLoRAs, st.RunningLoRAs...)
+		sum.WaitingLoRAs = append(sum.WaitingLoRAs, st.WaitingLoRAs...)
+		sum.NumGPUBlocks += st.NumGPUBlocks
+		sum.PrefixCacheQueries += st.PrefixCacheQueries
+		sum.PrefixCacheHits += st.PrefixCacheHits
+		sum.PromptTokens += st.PromptTokens
+		sum.GenerationTokens += st.GenerationTokens
+	}
+	return sum
 }
 
 func convertStats(st engine.Stats) EngineStats {
@@ -146,18 +220,20 @@ func convertStats(st engine.Stats) EngineStats {
 		PromptTokens: int64(st.PromptTokens), GenerationTokens: int64(st.GenerationTokens)}
 }
 
-// engineStats reads the engine.
-func (s *Server) engineStats() EngineStats { return convertStats(s.engine().Stats()) }
-
-// setLatency applies a new latency profile to the running engine (engine.SetLatencies): tokens
-// already scheduled keep their times; later ones use the new profile.
+// setLatency applies a new latency profile to every engine (engine.SetLatencies): tokens already
+// scheduled keep their times; later ones use the new profile.
 func (s *Server) setLatency(l Latency) error {
-	return s.engine().SetLatencies(engine.Latencies{
-		PrefillOverhead: l.PrefillOverhead.D(), PrefillTimePerToken: l.PrefillTimePerToken.D(),
-		PrefillTimeStdDev: l.PrefillTimeStdDev.D(), TimeToFirstToken: l.TimeToFirstToken.D(),
-		TimeToFirstTokenStdDev: l.TimeToFirstTokenStdDev.D(), InterTokenLatency: l.InterTokenLatency.D(),
-		InterTokenLatencyStdDev: l.InterTokenLatencyStdDev.D(), TimeFactorUnderLoad: l.TimeFactorUnderLoad,
-	})
+	for _, e := range s.engines {
+		if err := e.engine.SetLatencies(engine.Latencies{
+			PrefillOverhead: l.PrefillOverhead.D(), PrefillTimePerToken: l.PrefillTimePerToken.D(),
+			PrefillTimeStdDev: l.PrefillTimeStdDev.D(), TimeToFirstToken: l.TimeToFirstToken.D(),
+			TimeToFirstTokenStdDev: l.TimeToFirstTokenStdDev.D(), InterTokenLatency: l.InterTokenLatency.D(),
+			InterTokenLatencyStdDev: l.InterTokenLatencyStdDev.D(), TimeFactorUnderLoad: l.TimeFactorUnderLoad,
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Rank is this server's data-parallel rank.
@@ -208,13 +284,18 @@ func (s *Server) Close() error {
 	return err
 }
 
-func (s *Server) closeEngine() { _ = s.engine().Close() }
+func (s *Server) closeEngine() {
+	for _, e := range s.engines {
+		_ = e.engine.Close()
+	}
+}
 
 // Handler returns the server's HTTP handler (all endpoints, with the identity headers).
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.handleCompletion(w, r, false) })
-	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.handleCompletion(w, r, true) })
+	for _, api := range []apiKind{apiCompletions, apiChat, apiMessages, apiResponses, apiEmbeddings} {
+		mux.HandleFunc("POST "+api.String(), func(w http.ResponseWriter, r *http.Request) { s.handleAPI(w, r, api) })
+	}
 	mux.HandleFunc("GET /v1/models", s.handleModels)
 	mux.HandleFunc("POST /v1/load_lora_adapter", s.handleLoadLora)
 	mux.HandleFunc("POST /v1/unload_lora_adapter", s.handleUnloadLora)
@@ -323,295 +404,6 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *APIE
 	return body, nil
 }
 
-func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, chat bool) {
-	clk := s.opts.Clock
-	arrival := clk.Now()
-	body, apiErr := s.readBody(w, r)
-	if apiErr != nil {
-		writeAPIError(w, apiErr)
-		return
-	}
-	req, err := DecodeRequest(body, chat)
-	if err != nil {
-		writeAPIError(w, err.(*APIError))
-		return
-	}
-	lora, ok := s.resolveModel(req.Model)
-	if !ok {
-		writeAPIError(w, NewAPIError(http.StatusNotFound, "model", "The model `%s` does not exist.", req.Model))
-		return
-	}
-	abort := false
-	switch kind := s.pickFailure(); kind {
-	case "":
-	case FailureReset:
-		resetConnection(w)
-		return
-	case FailureAbort:
-		abort = true
-	case FailureSlowFirstByte:
-		t := clk.NewTimer(s.cfg.SlowFirstByteDelay.D())
-		select {
-		case <-t.C():
-		case <-r.Context().Done():
-			t.Stop()
-			return
-		}
-	default:
-		writeAPIError(w, s.simFailure(kind))
-		return
-	}
-
-	promptTokens := len(engine.Tokenize(req.promptText))
-	maxTok := req.maxTokens()
-	if promptTokens+maxTok > s.cfg.MaxModelLen || promptTokens >= s.cfg.MaxModelLen {
-		param := "prompt"
-		if chat {
-			param = "messages"
-		}
-		writeAPIError(w, NewAPIError(http.StatusBadRequest, param,
-			"This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the %s, %d in the completion). Please reduce the length of the %s or completion.",
-			s.cfg.MaxModelLen, promptTokens+maxTok, promptTokens, param, maxTok, param))
-		return
-	}
-	limit := s.cfg.MaxModelLen - promptTokens
-	if maxTok > 0 {
-		limit = maxTok
-	}
-	var out []engine.Token
-	if s.cfg.Mode == ModeEcho {
-		out = engine.Tokenize(req.echoText)
-	} else {
-		s.rngMu.Lock()
-		if maxTok > 0 {
-			out = randomTokens(s.rng, maxTok)
-		} else {
-			out = randomTokens(s.rng, 0)
-		}
-		s.rngMu.Unlock()
-	}
-	finish := "stop"
-	if len(out) > limit {
-		out, finish = out[:limit], "length"
-	} else if maxTok > 0 && len(out) == maxTok && s.cfg.Mode == ModeRandom {
-		finish = "length"
-	}
-	nOut := max(len(out), 1)
-
-	id := r.Header.Get(HeaderRequestID)
-	if id == "" {
-		id = strconv.Itoa(s.rank) + "-" + strconv.FormatUint(s.reqSeq.Add(1), 10)
-	}
-	ctx := r.Context()
-	ereq := engine.Request{ID: id, Model: s.cfg.Model, LoRA: lora, Prompt: req.promptText,
-		MaxTokens: nOut, FinishReason: finish, CacheSalt: req.CacheSalt}
-	seq, err := s.engine().Submit(ctx, ereq)
-	if err != nil {
-		switch {
-		case errors.Is(err, engine.ErrQueueFull):
-			writeAPIError(w, NewAPIError(http.StatusTooManyRequests, "", "the waiting queue is full (max-waiting-queue-length %d)", s.cfg.MaxWaitingQueueLength))
-		case errors.Is(err, engine.ErrPromptTooLong):
-			writeAPIError(w, NewAPIError(http.StatusBadRequest, "prompt", "%v", err))
-		case ctx.Err() != nil:
-		case errors.Is(err, engine.ErrEngineClosed):
-			writeAPIError(w, NewAPIError(http.StatusServiceUnavailable, "", "the server is shutting down"))
-		default:
-			writeAPIError(w, NewAPIError(http.StatusInternalServerError, "", "engine: %v", err))
-		}
-		return
-	}
-	defer seq.Close()
-
-	model := req.Model
-	created := arrival.Unix()
-	var respID string
-	if chat {
-		respID = "chatcmpl-" + id
-	} else {
-		respID = "cmpl-" + id
-	}
-	tokenText := func(i int) string {
-		if i < len(out) {
-			return out[i].Text
-		}
-		return ""
-	}
-
-	var st *sseWriter
-	if req.Stream {
-		st = newSSEWriter(w, chat, respID, model, created)
-	}
-	var prevAt time.Time
-	var ttftAt time.Time
-	var pending []time.Time // due times of tokens written but not yet flushed
-	n := 0
-	for {
-		ev, err := seq.Next(ctx)
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return // client went away or the engine shut down
-		}
-		if n == 0 {
-			ttftAt = ev.At
-		} else {
-			s.met.tokenGap(ev.At.Sub(prevAt))
-		}
-		prevAt = ev.At
-		n++
-		if st != nil {
-			st.token(tokenText(ev.Index), n == 1)
-			pending = append(pending, ev.At)
-			// Tokens already due (a consumer that fell behind) go out in one write and one flush;
-			// on time, each token is flushed alone.
-			if ev.Final || abort || ev.Buffered == 0 {
-				if err := st.flush(); err != nil {
-					return
-				}
-				for _, at := range pending {
-					s.met.tokenLate(clk.Since(at))
-				}
-				pending = pending[:0]
-			}
-			if abort {
-				panic(http.ErrAbortHandler)
-			}
-		}
-		if ev.Final {
-			break
-		}
-	}
-	usage := Usage{PromptTokens: seq.PromptTokens(), CompletionTokens: n,
-		TotalTokens: seq.PromptTokens() + n, PromptTokensDetails: PromptTokensDetails{CachedTokens: seq.CachedTokens()}}
-	_ = ttftAt
-	s.met.requestDone(finish, seq.QueueWait(), seq.TTFT(), prevAt.Sub(arrival), n)
-	if st != nil {
-		_ = st.finish(finish, req.StreamOptions != nil && req.StreamOptions.IncludeUsage, usage)
-		return
-	}
-	text := joinTokens(out)
-	resp := completionOut{ID: respID, Created: created, Model: model, Usage: usage}
-	if chat {
-		resp.Object = "chat.completion"
-		resp.Choices = []choiceOut{{Message: &chatMessageOut{Role: "assistant", Content: text}, FinishReason: finish}}
-	} else {
-		resp.Object = "text_completion"
-		resp.Choices = []choiceOut{{Text: &text, FinishReason: finish}}
-	}
-	b, _ := json.Marshal(resp)
-	w.Header().Set("Content-Type", "application/json")
-	if abort {
-		w.WriteHeader(http.StatusOK)
-		_, _ = w.Write(b[:len(b)/2])
-		http.NewResponseController(w).Flush()
-		panic(http.ErrAbortHandler)
-	}
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-	_, _ = w.Write(b)
-}
-
-func joinTokens(t []engine.Token) string {
-	n := 0
-	for _, x := range t {
-		n += len(x.Text)
-	}
-	b := make([]byte, 0, n)
-	for _, x := range t {
-		b = append(b, x.Text...)
-	}
-	return string(b)
-}
-
-// sseWriter writes OpenAI server-sent-event chunks with hand-built JSON (a fixed prefix per
-// request and the escaped token text) into a buffer that flush writes and flushes.
-type sseWriter struct {
-	w       http.ResponseWriter
-	rc      *http.ResponseController
-	chat    bool
-	prefix  []byte // `data: {"id":..,"object":..,"created":..,"model":..,"choices":[`
-	buf     []byte
-	started bool
-}
-
-func newSSEWriter(w http.ResponseWriter, chat bool, id, model string, created int64) *sseWriter {
-	obj := "text_completion"
-	if chat {
-		obj = "chat.completion.chunk"
-	}
-	p := []byte(`data: {"id":`)
-	p = appendJSONString(p, id)
-	p = append(p, `,"object":"`...)
-	p = append(p, obj...)
-	p = append(p, `","created":`...)
-	p = strconv.AppendInt(p, created, 10)
-	p = append(p, `,"model":`...)
-	p = appendJSONString(p, model)
-	p = append(p, `,"choices":[`...)
-	return &sseWriter{w: w, rc: http.NewResponseController(w), chat: chat, prefix: p, buf: make([]byte, 0, 512)}
-}
-
-func (s *sseWriter) header() {
-	if s.started {
-		return
-	}
-	s.started = true
-	h := s.w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	s.w.WriteHeader(http.StatusOK)
-}
-
-func (s *sseWriter) flush() error {
-	s.header()
-	if _, err := s.w.Write(s.buf); err != nil {
-		return err
-	}
-	s.buf = s.buf[:0]
-	return s.rc.Flush()
-}
-
-// token appends one token chunk to the buffer (flush sends it); the first chat chunk is preceded
-// by the role chunk.
-func (s *sseWriter) token(text string, first bool) {
-	if s.chat {
-		if first {
-			s.buf = append(s.buf, s.prefix...)
-			s.buf = append(s.buf, `{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}`+"\n\n"...)
-		}
-		s.buf = append(s.buf, s.prefix...)
-		s.buf = append(s.buf, `{"index":0,"delta":{"content":`...)
-		s.buf = appendJSONString(s.buf, text)
-		s.buf = append(s.buf, `},"logprobs":null,"finish_reason":null}]}`+"\n\n"...)
-	} else {
-		s.buf = append(s.buf, s.prefix...)
-		s.buf = append(s.buf, `{"index":0,"text":`...)
-		s.buf = appendJSONString(s.buf, text)
-		s.buf = append(s.buf, `,"logprobs":null,"finish_reason":null}]}`+"\n\n"...)
-	}
-}
-
-// finish writes the finish_reason chunk, the usage chunk when asked, and [DONE].
-func (s *sseWriter) finish(reason string, includeUsage bool, u Usage) error {
-	s.buf = append(s.buf, s.prefix...)
-	if s.chat {
-		s.buf = append(s.buf, `{"index":0,"delta":{},"logprobs":null,"finish_reason":`...)
-	} else {
-		s.buf = append(s.buf, `{"index":0,"text":"","logprobs":null,"finish_reason":`...)
-	}
-	s.buf = appendJSONString(s.buf, reason)
-	s.buf = append(s.buf, "}]}\n\n"...)
-	if includeUsage {
-		ub, _ := json.Marshal(u)
-		s.buf = append(s.buf, s.prefix...)
-		s.buf = append(s.buf, `],"usage":`...)
-		s.buf = append(s.buf, ub...)
-		s.buf = append(s.buf, "}\n\n"...)
-	}
-	s.buf = append(s.buf, "data: [DONE]\n\n"...)
-	return s.flush()
-}
-
 type modelCard struct {
 	ID      string  `json:"id"`
 	Object  string  `json:"object"`
@@ -680,6 +472,11 @@ func (s *Server) decodeLora(w http.ResponseWriter, r *http.Request) (*loraReques
 func (s *Server) handleLoadLora(w http.ResponseWriter, r *http.Request) {
 	req, ok := s.decodeLora(w, r)
 	if !ok {
+		return
+	}
+	if !s.cfg.LoRAEnabled() {
+		// vLLM without a LoRA config has no adapter slots to load into.
+		writeAPIError(w, NewAPIError(http.StatusBadRequest, "lora_name", "LoRA is not enabled on this server (start it with --enable-lora, --max-loras N or --lora-modules)"))
 		return
 	}
 	if err := s.cfg.ValidateLoraName(req.LoraName); err != nil {

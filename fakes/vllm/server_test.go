@@ -295,7 +295,7 @@ func TestAdminConfig(t *testing.T) {
 
 func TestGaugeOnlyMetrics(t *testing.T) {
 	for _, gaugeOnly := range []bool{false, true} {
-		inst := startTest(t, func(c *Config) { c.GaugeOnly = gaugeOnly })
+		inst := startTest(t, func(c *Config) { c.GaugeOnly = gaugeOnly; c.EnableLoRA = true })
 		if resp, b := post(t, inst.URL()+"/v1/completions", `{"model":"m","prompt":"x","max_tokens":3}`); resp.StatusCode != 200 {
 			t.Fatalf("status %d: %s", resp.StatusCode, b)
 		}
@@ -312,7 +312,7 @@ func TestGaugeOnlyMetrics(t *testing.T) {
 				t.Errorf("gaugeOnly=%v: %s missing", gaugeOnly, name)
 			}
 		}
-		for _, name := range []string{MetricTTFT, MetricInterToken, MetricTPOT, MetricE2E, MetricQueueTime, MetricTokenLateness} {
+		for _, name := range []string{MetricTTFT, MetricInterToken, MetricRequestTPOT, MetricE2E, MetricQueueTime, MetricTokenLateness} {
 			if got := strings.Contains(text, "# TYPE "+name+" histogram"); got == gaugeOnly {
 				t.Errorf("gaugeOnly=%v: histogram %s present = %v", gaugeOnly, name, got)
 			}
@@ -338,7 +338,29 @@ func TestServedModelNames(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if !strings.Contains(string(body), MetricRunning+`{model_name="alias1"} 0`) {
+	if !strings.Contains(string(body), MetricRunning+`{engine="0",model_name="alias1"} 0`) {
 		t.Errorf("metrics do not label model_name with the first served name:\n%s", body)
 	}
+}
+
+// Response shapes the tests decode.
+type chatMessageOut struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+type choiceOut struct {
+	Index        int             `json:"index"`
+	Text         *string         `json:"text,omitempty"`
+	Message      *chatMessageOut `json:"message,omitempty"`
+	FinishReason string          `json:"finish_reason"`
+}
+
+type completionOut struct {
+	ID      string      `json:"id"`
+	Object  string      `json:"object"`
+	Created int64       `json:"created"`
+	Model   string      `json:"model"`
+	Choices []choiceOut `json:"choices"`
+	Usage   Usage       `json:"usage"`
 }

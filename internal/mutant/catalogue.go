@@ -18,7 +18,30 @@ const (
 	WhiteBox Kind = "white-box"
 )
 
-// The mutants. Each breaks exactly one rule of SPEC.md in one place of reference/.
+// Via says where a mutant lives: how it breaks its rule without touching the code that keeps it.
+type Via string
+
+const (
+	// Interceptor mutants rewrite the ext_proc messages between the gateway and the EPP
+	// (fakes/interceptor), so they run in front of any EPP, the upstream EPP v1.5.0 included.
+	Interceptor Via = "ext_proc interceptor"
+	// Plugin mutants are wrapper plugins, decorated over the real plugin type in the registry of
+	// a mutant build (internal/mutant/wrap.Registry).
+	Plugin Via = "wrapper plugin"
+	// EndpointSource mutants decorate the InferencePool endpoint source's informer events
+	// (internal/mutant/wrap.PoolSource).
+	EndpointSource Via = "endpoint source decorator"
+	// MetricsSource mutants decorate the metrics source (internal/mutant/wrap.Collector).
+	MetricsSource Via = "metrics source decorator"
+	// ModelRewriteSource mutants decorate the pool's model rewrite rules
+	// (internal/mutant/wrap.ModelRewrites).
+	ModelRewriteSource Via = "model rewrite decorator"
+	// Hook mutants are one of the at most three `if mutant.On` hooks left in reference/, where no
+	// wrapper reaches (each hook's comment says why).
+	Hook Via = "hook in reference/"
+)
+
+// The mutants. Each breaks exactly one rule of SPEC.md.
 const (
 	HeaderMetadataDisagree  Name = "header-metadata-disagree"
 	SubsetIgnored           Name = "subset-ignored"
@@ -47,6 +70,23 @@ const (
 	ProfileHeaderMissing    Name = "profile-header-missing"
 	RanksBeyondFirstDropped Name = "ranks-beyond-first-dropped"
 	PrepareBudgetIgnored    Name = "prepare-budget-ignored"
+	// The fakes' view of vLLM (issue 17, SPEC §7.1).
+	KVLegacyNameOnly    Name = "kv-legacy-name-only"
+	KVCurrentNameOnly   Name = "kv-current-name-only"
+	LoRAFamilyRequired  Name = "lora-family-required"
+	EngineSeriesIgnored Name = "engine-series-ignored"
+	// The production request surface (issue 16, SPEC §2.1, §9).
+	PromptListRefused       Name = "prompt-list-refused"
+	EmbeddingsAsCompletions Name = "embeddings-as-completions"
+	ResponsesRefused        Name = "responses-refused"
+	MessagesSystemUnhashed  Name = "messages-system-unhashed"
+	TokenIDsUnhashed        Name = "token-ids-unhashed"
+	PartsHashedAsText       Name = "parts-hashed-as-text"
+	PartialBlockDropped     Name = "partial-block-dropped"
+	StateKeyedByXRequestID  Name = "state-keyed-by-x-request-id"
+	HeadersAppended         Name = "headers-appended"
+	RefusalReasonMissing    Name = "refusal-reason-missing"
+	ModelRewriteNotSplit    Name = "model-rewrite-not-split"
 )
 
 // Mutant describes one mutant for the matrix.
@@ -55,7 +95,10 @@ type Mutant struct {
 	Name Name
 	// Breaks is the rule it breaks, in words.
 	Breaks string
-	// Where is the hooked code (package and function).
+	// Via is where the mutant lives (Interceptor, Plugin, EndpointSource, MetricsSource,
+	// ModelRewriteSource, Hook).
+	Via Via
+	// Where says what the mutant changes, and where.
 	Where string
 	// Kind is how it is run (BlackBox or WhiteBox).
 	Kind Kind
@@ -71,61 +114,91 @@ type Mutant struct {
 
 var catalogue = []Mutant{
 	{Name: HeaderMetadataDisagree, Breaks: "the pick header and the pick dynamic metadata are equal when both are set (SPEC §5.1)",
-		Where: "reference/extproc schedule: the metadata names another endpoint", Kind: BlackBox, Target: "EPPPickHeaderAndMetadata"},
+		Via: Interceptor, Where: "fakes/interceptor: the pick metadata is replaced by an earlier pick of the EPP, so header and metadata disagree", Kind: BlackBox, Target: "EPPPickHeaderAndMetadata"},
 	{Name: SubsetIgnored, Breaks: "the pick stays inside the subset hint (SPEC §5.1)",
-		Where: "reference/director HandleRequest: the hint's endpoints are not filtered (an empty hint still 503)", Kind: BlackBox, Target: "EPPSubsetHint"},
+		Via: Interceptor, Where: "fakes/interceptor: a non-empty subset hint is removed from the metadata the EPP receives (an empty hint still reaches it)", Kind: BlackBox, Target: "EPPSubsetHint"},
 	{Name: NoEndpoints500, Breaks: "no eligible endpoint is answered with 503 (SPEC §5.1, §5.3)",
-		Where: "reference/director StatusFor: ErrNoEndpoints maps to 500", Kind: BlackBox, Target: "EPPNoEligibleEndpoint503"},
+		Via: Interceptor, Where: "fakes/interceptor: an ImmediateResponse 503 reaches the gateway as 500", Kind: BlackBox, Target: "EPPNoEligibleEndpoint503"},
 	{Name: StreamClosedAfterRefuse, Breaks: "after a refusal the same ext_proc stream keeps serving (SPEC §5.2, eppkit)",
-		Where: "reference/extproc Process: the stream ends (status OK) after an ImmediateResponse", Kind: BlackBox, Target: "ReferenceStreamSurvivesRefusal"},
+		Via: Interceptor, Where: "fakes/interceptor: the stream ends (status OK) after an ImmediateResponse", Kind: BlackBox, Target: "ReferenceStreamSurvivesRefusal"},
 	{Name: RefusalBreaksStream, Breaks: "a refused request never breaks the stream: it ends cleanly or keeps serving (SPEC §5.3)",
-		Where: "reference/extproc Process: the stream fails with gRPC Internal after an ImmediateResponse", Kind: BlackBox, Target: "OpenAIRefusalKeepsServing"},
+		Via: Interceptor, Where: "fakes/interceptor: the stream fails with gRPC Internal after an ImmediateResponse", Kind: BlackBox, Target: "OpenAIRefusalKeepsServing"},
 	{Name: NotReadyPicked, Breaks: "picks are ready endpoints of the pool (SPEC §5.1)",
-		Where: "reference/discovery InferencePool reconcile: the Pod Ready condition is ignored", Kind: BlackBox, Target: "EPPPickIsReadyEndpoint", NeedsAPIServer: true},
+		Via: EndpointSource, Where: "internal/mutant/wrap PoolSource: every Pod event reads as Ready", Kind: BlackBox, Target: "EPPPickIsReadyEndpoint", NeedsAPIServer: true},
 	{Name: BodyNotChunked, Breaks: "the mutated body is returned in chunks of at most 62,000 bytes (SPEC §5.2)",
-		Where: "reference/extproc schedule: the body goes back in one chunk", Kind: BlackBox, Target: "OpenAILargeBodyChunked"},
+		Via: Interceptor, Where: "fakes/interceptor: the streamed body responses are merged into one chunk", Kind: BlackBox, Target: "OpenAILargeBodyChunked"},
 	{Name: ContentLengthWrong, Breaks: "Content-Length is set to the returned body's length (SPEC §5.2)",
-		Where: "reference/extproc schedule: Content-Length is one byte long", Kind: BlackBox, Target: "OpenAILargeBodyChunked"},
+		Via: Interceptor, Where: "fakes/interceptor: the Content-Length the EPP sets is one byte too long", Kind: BlackBox, Target: "OpenAILargeBodyChunked"},
 	{Name: PrefixAffinityOff, Breaks: "requests sharing a long prefix go to the endpoint that served it (SPEC §6 PrefixCacheAffinity)",
-		Where: "reference/plugins/prefix Scorer.Score: every endpoint scores 0", Kind: BlackBox, Target: "PrefixCacheAffinity"},
+		Via: Plugin, Where: "internal/mutant/wrap: prefix-cache-scorer wrapped, every endpoint scores 0", Kind: BlackBox, Target: "PrefixCacheAffinity"},
 	{Name: QueueIgnored, Breaks: "a deep waiting queue keeps an endpoint's share ≤ 5% (SPEC §6 QueueAwareness)",
-		Where: "reference/plugins/scorers queue-scorer: every endpoint scores 1", Kind: BlackBox, Target: "QueueAwareness"},
+		Via: Plugin, Where: "internal/mutant/wrap: queue-scorer wrapped, every endpoint scores 1", Kind: BlackBox, Target: "QueueAwareness"},
 	{Name: KVIgnored, Breaks: "a nearly full KV cache keeps an endpoint's share ≤ 5% (SPEC §6 KVCacheAwareness)",
-		Where: "reference/plugins/scorers kv-cache-utilization-scorer: every endpoint scores 1", Kind: BlackBox, Target: "KVCacheAwareness"},
+		Via: Plugin, Where: "internal/mutant/wrap: kv-cache-utilization-scorer wrapped, every endpoint scores 1", Kind: BlackBox, Target: "KVCacheAwareness"},
 	{Name: LoRAIgnored, Breaks: "requests for a running adapter go to its endpoint (SPEC §6 LoRAAffinity)",
-		Where: "reference/plugins/scorers lora-affinity-scorer: every endpoint scores 1", Kind: BlackBox, Target: "LoRAAffinity"},
+		Via: Plugin, Where: "internal/mutant/wrap: lora-affinity-scorer wrapped, every endpoint scores 1", Kind: BlackBox, Target: "LoRAAffinity"},
 	{Name: SLOIgnored, Breaks: "requests with a TTFT SLO only fast endpoints meet go to fast endpoints (SPEC §6 PredictedLatency)",
-		Where: "reference/director: the SLO headers are dropped before scheduling", Kind: BlackBox, Target: "PredictedLatency"},
+		Via: Interceptor, Where: "fakes/interceptor: the SLO headers x-slo-ttft-ms and x-slo-tpot-ms never reach the EPP", Kind: BlackBox, Target: "PredictedLatency"},
 	{Name: CriticalShed, Breaks: "only sheddable requests (priority < 0) are shed under saturation (SPEC §3, §6 RequestShedding)",
-		Where: "reference/director HandleRequest: every request is shed when the pool is saturated", Kind: BlackBox, Target: "RequestShedding"},
+		Via: Interceptor, Where: "fakes/interceptor: every request reaches the EPP as the sheddable InferenceObjective", Kind: BlackBox, Target: "RequestShedding"},
 	{Name: RemovedEndpointKept, Breaks: "an endpoint removed from the pool stops being picked (SPEC §6 EndpointChurn)",
-		Where: "reference/discovery InferencePool onPod: a deleted or terminating Pod keeps its last Ready state", Kind: BlackBox, Target: "EndpointChurn", NeedsAPIServer: true},
+		Via: EndpointSource, Where: "internal/mutant/wrap PoolSource: Pod deletions (graceful or not) never reach the source", Kind: BlackBox, Target: "EndpointChurn", NeedsAPIServer: true},
 	{Name: UsageSplitDonePanics, Breaks: "usage parsing never breaks a response, [DONE] split across chunks included (SPEC §5.2)",
-		Where: "reference/extproc UsageParser: panics on a data: [DONE] event split across chunks", Kind: BlackBox, Target: "OpenAIResponseUsageRobust"},
+		Via: Interceptor, Where: "fakes/interceptor: the stream fails (gRPC Internal) when an SSE response chunk ends inside data: [DONE], as an EPP whose usage parser crashes", Kind: BlackBox, Target: "OpenAIResponseUsageRobust"},
 	{Name: StaleEndpointKept, Breaks: "stale endpoints are filtered out unless every candidate is stale (SPEC §3, eppkit)",
-		Where: "reference/director dropStale: returns every candidate", Kind: BlackBox, Target: "ReferenceStaleEndpointFiltered"},
+		Via: MetricsSource, Where: "internal/mutant/wrap Collector: no endpoint is ever stale", Kind: BlackBox, Target: "ReferenceStaleEndpointFiltered"},
 	{Name: RequestIDMissing, Breaks: "x-request-id is generated when absent (SPEC §5.2)",
-		Where: "reference/extproc schedule: the generated x-request-id is not set on the request", Kind: BlackBox, Target: "OpenAIRequestID"},
+		Via: Interceptor, Where: "fakes/interceptor: the x-request-id the EPP generates is removed from its header mutation", Kind: BlackBox, Target: "OpenAIRequestID"},
 	{Name: ModelRewriteIgnored, Breaks: "x-gateway-model-name-rewrite rewrites the body's model (SPEC §5.2)",
-		Where: "reference/director HandleRequest: the rewrite header is ignored", Kind: BlackBox, Target: "OpenAIModelNameRewrite"},
+		Via: Interceptor, Where: "fakes/interceptor: x-gateway-model-name-rewrite never reaches the EPP", Kind: BlackBox, Target: "OpenAIModelNameRewrite"},
 	{Name: InputHeadersEchoed, Breaks: "the header mutation never sets the x-gateway-* input headers back (SPEC §5.2)",
-		Where: "reference/extproc schedule: x-gateway-inference-objective is set back", Kind: BlackBox, Target: "OpenAIInputHeadersNotEchoed"},
+		Via: Interceptor, Where: "fakes/interceptor: x-gateway-inference-objective is set back in the request-headers response", Kind: BlackBox, Target: "OpenAIInputHeadersNotEchoed"},
 	{Name: BadRequest500, Breaks: "malformed bodies are refused with 400 (SPEC §5.2, §5.3)",
-		Where: "reference/director StatusFor: ErrBadRequest maps to 500", Kind: BlackBox, Target: "OpenAIBadRequest400"},
+		Via: Interceptor, Where: "fakes/interceptor: an ImmediateResponse 400 reaches the gateway as 500", Kind: BlackBox, Target: "OpenAIBadRequest400"},
 	{Name: ProfileHeaderMissing, Breaks: "the response headers name the primary profile in x-eppkit-profile (SPEC §3, eppkit)",
-		Where: "reference/extproc responseHeaders: x-eppkit-profile is not set", Kind: BlackBox, Target: "ReferenceProfileHeader"},
+		Via: Interceptor, Where: "fakes/interceptor: x-eppkit-profile is removed from the response-headers response", Kind: BlackBox, Target: "ReferenceProfileHeader"},
 	{Name: RanksBeyondFirstDropped, Breaks: "every rank port (targetPort) of a Ready pod is an endpoint (GIE v1.5.0 api/v1 spec.targetPorts and pkg/epp/datastore; SPEC has no data-parallel rule)",
-		Where: "reference/discovery PoolEndpoints: only the first targetPort of each pod becomes an endpoint", Kind: BlackBox, Target: "DataParallelRanks", NeedsAPIServer: true},
+		Via: EndpointSource, Where: "internal/mutant/wrap PoolSource: the InferencePool reads as having only its first targetPort", Kind: BlackBox, Target: "DataParallelRanks", NeedsAPIServer: true},
+	{Name: KVLegacyNameOnly, Breaks: "the KV-cache gauge is read under the name the model server exports, vllm:kv_cache_usage_perc on current vLLM (SPEC §6 KVCacheAwareness, §7.1)",
+		Via: MetricsSource, Where: "internal/mutant/wrap Collector: KV use read only from vllm:gpu_cache_usage_perc (vLLM before v0.10), no fallback", Kind: BlackBox, Target: "KVCacheAwareness"},
+	{Name: KVCurrentNameOnly, Breaks: "the KV-cache gauge is read under vLLM's name before v0.10, vllm:gpu_cache_usage_perc, when the current one is missing (SPEC §7.1, eppkit)",
+		Via: MetricsSource, Where: "internal/mutant/wrap Collector: KV use read only from vllm:kv_cache_usage_perc, no fallback (upstream v1.5.0's default)", Kind: BlackBox, Target: "ReferenceKVCacheLegacyMetricName"},
+	{Name: LoRAFamilyRequired, Breaks: "model servers without LoRA (no vllm:lora_requests_info) are still routed by their load (SPEC §6 LoRAAffinity, §7.1; llm-d-router #926)",
+		Via: MetricsSource, Where: "internal/mutant/wrap Collector: a scrape without the vllm:lora_requests_info family fails as a whole", Kind: BlackBox, Target: "LoRAAffinity"},
+	{Name: EngineSeriesIgnored, Breaks: "a server's data-parallel engine series are summed into its load (SPEC §7.1, eppkit; GIE #2950)",
+		Via: MetricsSource, Where: "internal/mutant/wrap Collector: the engine label is never looked for, so each family's first series (engine 0) is read, as upstream v1.5.0", Kind: BlackBox, Target: "ReferenceEngineSeriesSummed"},
 	{Name: PrepareBudgetIgnored, Breaks: "a PrepareData producer overrunning the phase budget does not hold the decision (SPEC §1.1, eppkit)",
-		Where: "reference/framework Runtime.PrepareData: the budget timer is never selected, the phase waits for every plugin", Kind: BlackBox, Target: "ReferencePrepareDataBudget"},
+		Via: Hook, Where: "reference/framework Runtime.PrepareData: the budget timer is never selected, the phase waits for every plugin", Kind: BlackBox, Target: "ReferencePrepareDataBudget"},
+	{Name: PromptListRefused, Breaks: "a completions prompt given as an array of strings is routed (SPEC §9.1, upstream)",
+		Via: Interceptor, Where: "fakes/interceptor: a /v1/completions body whose prompt is not a string is answered with 400 \"prompt must be a string\" (the EPP never answers it)", Kind: BlackBox, Target: "OpenAICompletionsPromptList"},
+	{Name: EmbeddingsAsCompletions, Breaks: "/v1/embeddings is recognised by its path and routed (SPEC §9.1, upstream)",
+		Via: Interceptor, Where: "fakes/interceptor: a /v1/embeddings request is answered with 400 \"field prompt is required for completions\", as an EPP whose parser falls through to completions", Kind: BlackBox, Target: "OpenAIEmbeddingsRouted"},
+	{Name: ResponsesRefused, Breaks: "/v1/responses (OpenAI Responses) is recognised by its path and routed (SPEC §9.1, upstream)",
+		Via: Interceptor, Where: "fakes/interceptor: a /v1/responses request is answered with 400, as an EPP that parses it as completions", Kind: BlackBox, Target: "OpenAIResponsesRouted"},
+	{Name: MessagesSystemUnhashed, Breaks: "an Anthropic Messages request's system prompt takes part in the prefix hash (SPEC §9.1, eppkit)",
+		Via: Plugin, Where: "internal/mutant/wrap: approx-prefix-cache-producer wrapped, it hashes a /v1/messages request without its system prompt (as an EPP that parses it as chat)", Kind: BlackBox, Target: "ReferenceAnthropicMessagesRouted"},
+	{Name: TokenIDsUnhashed, Breaks: "token-id prompts are hashed by their ids, so they get prefix affinity (SPEC §9.1, §2.1, eppkit)",
+		Via: Plugin, Where: "internal/mutant/wrap: approx-prefix-cache-producer wrapped, token-id prompts and inputs reach it without their ids (no blocks)", Kind: BlackBox, Target: "ReferenceTokenIDPrompts"},
+	{Name: PartsHashedAsText, Breaks: "every chat content part reaches the prefix hash by its identity, inline data by digest (SPEC §9.1, eppkit)",
+		Via: Plugin, Where: "internal/mutant/wrap: approx-prefix-cache-producer built with v1.5.0's chat encoding (prefix.HashCompat.V150Chat: inline data as text, cut at 256 blocks; file parts dropped)", Kind: BlackBox, Target: "ReferenceMultimodalPrefixIdentity"},
+	{Name: PartialBlockDropped, Breaks: "the trailing partial block is hashed (SPEC §2.1; GIE PR #2823)",
+		Via: Plugin, Where: "internal/mutant/wrap: approx-prefix-cache-producer built without the trailing partial block (prefix.HashCompat.NoPartialBlock, v1.5.0)", Kind: BlackBox, Target: "ReferencePartialBlockHashed"},
+	{Name: StateKeyedByXRequestID, Breaks: "plugin state is keyed by the EPP's own request id, never by x-request-id (SPEC §9.2, GIE #1489)",
+		Via: Plugin, Where: "internal/mutant/wrap: approx-prefix-cache-producer wrapped, its plugin state written and read under the request's x-request-id, so requests sharing one overwrite and delete each other's hashes", Kind: BlackBox, Target: "ReferenceDuplicateRequestIDIsolated"},
+	{Name: HeadersAppended, Breaks: "every header the EPP sets overwrites the request's value (append_action OVERWRITE_IF_EXISTS_OR_ADD, SPEC §9.3)",
+		Via: Interceptor, Where: "fakes/interceptor: every request header the EPP sets is marked APPEND_IF_EXISTS_OR_ADD (the proto's zero value)", Kind: BlackBox, Target: "OpenAIHeaderOverwrite"},
+	{Name: RefusalReasonMissing, Breaks: "every ImmediateResponse carries x-eppkit-reason (SPEC §9.3, eppkit)",
+		Via: Interceptor, Where: "fakes/interceptor: x-eppkit-reason is removed from every ImmediateResponse (the JSON body stays)", Kind: BlackBox, Target: "ReferenceRefusalReasonHeader"},
+	{Name: ModelRewriteNotSplit, Breaks: "an InferenceModelRewrite's targets share requests by weight (SPEC §9.4, upstream)",
+		Via: ModelRewriteSource, Where: "internal/mutant/wrap ModelRewrites: the first target chosen for a model is kept for every later request for it", Kind: BlackBox, Target: "OpenAIModelRewriteWeighted"},
 	{Name: PluginStateScoreOnly, Breaks: "the prefix producer writes its plugin state in PrepareData, so the pick is indexed without a prefix scorer (GIE PR #2005, SPEC §1)",
-		Where: "reference/plugins/prefix Producer.PrepareRequestData: no plugin-state write", Kind: WhiteBox, Suite: "pluginstate",
+		Via: Plugin, Where: "internal/mutant/wrap: approx-prefix-cache-producer wrapped, its plugin-state entry deleted when PrepareData ends", Kind: WhiteBox, Suite: "pluginstate",
 		Target: "the only profile has no prefix scorer should hold: PreRequest indexes the pick"},
 	{Name: DAGMapOrder, Breaks: "independent PrepareData plugins run in name order, the same on every start (SPEC §1.1, eppkit)",
-		Where: "reference/framework dag sortNodes: map iteration order", Kind: WhiteBox, Suite: "dag",
+		Via: Hook, Where: "reference/framework buildDataGraph: each layer of the sorted DAG is reordered by map iteration", Kind: WhiteBox, Suite: "dag",
 		Target: "should sort them identically, by name then type, on every start"},
 	{Name: LegacyMatchOffByOne, Breaks: "the legacy and producer+scorer prefix plugins give equal match lengths (SPEC §2.3)",
-		Where: "reference/plugins/legacyprefix index.match: one block short", Kind: WhiteBox, Suite: "equivalence",
+		Via: Plugin, Where: "internal/mutant/wrap: legacy-prefix-cache-scorer wrapped, every match one block short", Kind: WhiteBox, Suite: "equivalence",
 		Target: "should give equal scores, equal picks and equal indexes on every request"},
 }
 

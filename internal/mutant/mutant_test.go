@@ -7,7 +7,7 @@ import (
 
 func TestCatalogue(t *testing.T) {
 	seen := map[Name]bool{}
-	black, white := 0, 0
+	black, white, hooks := 0, 0, 0
 	for _, m := range Catalogue() {
 		switch {
 		case m.Name == "" || m.Breaks == "" || m.Where == "" || m.Target == "":
@@ -18,6 +18,15 @@ func TestCatalogue(t *testing.T) {
 			t.Errorf("%q: a white-box mutant needs a Suite", m.Name)
 		case m.Kind != WhiteBox && m.Kind != BlackBox:
 			t.Errorf("%q: Kind %q", m.Name, m.Kind)
+		case m.Via != Interceptor && m.Via != Plugin && m.Via != EndpointSource && m.Via != MetricsSource && m.Via != ModelRewriteSource && m.Via != Hook:
+			t.Errorf("%q: Via %q", m.Name, m.Via)
+		case m.Via == Interceptor && m.Kind != BlackBox:
+			t.Errorf("%q: an interceptor mutant runs under the conformance registry", m.Name)
+		case m.Via == EndpointSource && !m.NeedsAPIServer:
+			t.Errorf("%q: an endpoint-source mutant needs the apiserver source", m.Name)
+		}
+		if m.Via == Hook {
+			hooks++
 		}
 		seen[m.Name] = true
 		if m.Kind == WhiteBox {
@@ -25,6 +34,10 @@ func TestCatalogue(t *testing.T) {
 		} else {
 			black++
 		}
+	}
+	// Issue 19: at most three hooks stay in reference/.
+	if hooks > 3 {
+		t.Errorf("%d mutants are hooks in reference/, want at most 3", hooks)
 	}
 	// The matrix promises at least 15 variants of the reference EPP plus the white-box ones.
 	if black < 15 || white < 3 {

@@ -43,6 +43,7 @@ import (
 	"time"
 
 	"github.com/eppkit/eppkit/internal/logtail"
+	"github.com/eppkit/eppkit/internal/supervisor"
 )
 
 // Defaults of Options.
@@ -119,9 +120,7 @@ type Member struct {
 	// LogPath is the process's log file.
 	LogPath string
 
-	cmd    *exec.Cmd
-	exited chan struct{}
-	logf   *os.File
+	proc *supervisor.Process // nil before startProcess
 }
 
 // Addr is host:port.
@@ -321,20 +320,13 @@ func (f *Fleet) startProcess(m *Member, o Options) error {
 		return fmt.Errorf("simfleet: log dir: %w", err)
 	}
 	m.LogPath = filepath.Join(o.LogDir, fmt.Sprintf("sim-%d.log", m.Index))
-	m.logf, err = os.Create(m.LogPath)
+	m.proc, err = supervisor.Start(supervisor.Spec{Path: f.ip, Args: append([]string{"netns", "exec", m.NetNS, o.Binary}, simArgs...),
+		Env: append(os.Environ(), "POD_NAME="+m.Name, "POD_NAMESPACE="+o.PodNamespace, "POD_IP="+m.Host), LogPath: m.LogPath,
+		KillWithParent: true})
 	if err != nil {
-		return fmt.Errorf("simfleet: %w", err)
-	}
-	cmd := exec.Command(f.ip, append([]string{"netns", "exec", m.NetNS, o.Binary}, simArgs...)...)
-	cmd.Env = append(os.Environ(), "POD_NAME="+m.Name, "POD_NAMESPACE="+o.PodNamespace, "POD_IP="+m.Host)
-	cmd.Stdout, cmd.Stderr = m.logf, m.logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("simfleet: start member %d: %w", m.Index, err)
 	}
-	m.cmd, m.exited = cmd, make(chan struct{})
-	go func() { _ = cmd.Wait(); close(m.exited) }()
-	o.Logger.Info("started simulator", "member", m.Index, "pod", m.Name, "addr", m.Addr(), "netns", m.NetNS, "pid", cmd.Process.Pid, "log", m.LogPath)
+	o.Logger.Info("started simulator", "member", m.Index, "pod", m.Name, "addr", m.Addr(), "netns", m.NetNS, "pid", m.proc.PID(), "log", m.LogPath)
 	return nil
 }
 
@@ -356,9 +348,9 @@ func (m *Member) waitHealthy(ctx context.Context) error {
 		}
 		last = err
 		select {
-		case <-m.exited:
+		case <-m.proc.Exited():
 			return fmt.Errorf("simfleet: member %d (%s) exited before it was healthy: %v\n--- last lines of %s ---\n%s",
-				m.Index, m.Name, m.cmd.ProcessState, m.LogPath, logtail.String(m.LogPath, 20))
+				m.Index, m.Name, m.proc.ExitErr(), m.LogPath, logtail.String(m.LogPath, 20))
 		case <-ctx.Done():
 			return fmt.Errorf("simfleet: member %d (%s): %s not healthy: %w (last: %v)\n--- last lines of %s ---\n%s",
 				m.Index, m.Name, u, ctx.Err(), last, m.LogPath, logtail.String(m.LogPath, 20))
@@ -368,17 +360,7 @@ func (m *Member) waitHealthy(ctx context.Context) error {
 }
 
 // Exited reports whether member m's process has exited.
-func (m *Member) Exited() bool {
-	if m.exited == nil {
-		return false
-	}
-	select {
-	case <-m.exited:
-		return true
-	default:
-		return false
-	}
-}
+func (m *Member) Exited() bool { return m.proc != nil && !m.proc.Running() }
 
 // Close stops every process (SIGTERM to its process group, SIGKILL after 2 s), kills anything
 // left in the namespaces and removes them with their veth pairs. Safe to call more than once.
@@ -387,28 +369,14 @@ func (f *Fleet) Close() {
 		return
 	}
 	f.closeOnce.Do(func() {
+		var wg sync.WaitGroup
 		for _, m := range f.members {
-			if m.cmd != nil && m.cmd.Process != nil {
-				_ = syscall.Kill(-m.cmd.Process.Pid, syscall.SIGTERM)
+			if m.proc != nil {
+				wg.Add(1)
+				go func() { defer wg.Done(); _ = m.proc.Stop(2 * time.Second) }()
 			}
 		}
-		deadline := time.After(2 * time.Second)
-		for _, m := range f.members {
-			if m.exited == nil {
-				continue
-			}
-			select {
-			case <-m.exited:
-			case <-deadline:
-			}
-			if !m.Exited() {
-				_ = syscall.Kill(-m.cmd.Process.Pid, syscall.SIGKILL)
-				<-m.exited
-			}
-			if m.logf != nil {
-				_ = m.logf.Close()
-			}
-		}
+		wg.Wait()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		for _, ns := range f.netns {

@@ -3,13 +3,13 @@ package simfleet
 import (
 	"context"
 
-	"github.com/eppkit/eppkit/conformance"
+	"github.com/eppkit/eppkit/conformance/harness"
 )
 
-// Starter returns a conformance.FleetStarter that runs spec.Count simulators of binary (`eppkit
+// Starter returns a harness.FleetStarter that runs spec.Count simulators of binary (`eppkit
 // conformance --fleet sim`). Pod names are "sim-<i>".
-func Starter(binary string) conformance.FleetStarter {
-	return func(ctx context.Context, spec conformance.FleetSpec) (conformance.ExternalFleet, error) {
+func Starter(binary string) harness.FleetStarter {
+	return func(ctx context.Context, spec harness.FleetSpec) (harness.ExternalFleet, error) {
 		f, err := Start(ctx, Options{Binary: binary, Count: spec.Count, Model: spec.ModelName, Adapters: spec.Adapters,
 			MaxNumSeqs: spec.MaxNumSeqs, Seed: spec.Seed, LogDir: spec.LogDir, Logger: spec.Logger})
 		if err != nil {
@@ -19,13 +19,13 @@ func Starter(binary string) conformance.FleetStarter {
 	}
 }
 
-// external adapts a Fleet to conformance.ExternalFleet.
+// external adapts a Fleet to harness.ExternalFleet.
 type external struct{ f *Fleet }
 
-func (e external) Members() []conformance.ExternalMember {
-	out := make([]conformance.ExternalMember, 0, len(e.f.members))
+func (e external) Members() []harness.ExternalMember {
+	out := make([]harness.ExternalMember, 0, len(e.f.members))
 	for _, m := range e.f.members {
-		out = append(out, conformance.ExternalMember{Name: m.Name, Addr: m.Addr()})
+		out = append(out, harness.ExternalMember{Name: m.Name, Addr: m.Addr()})
 	}
 	return out
 }

@@ -1,7 +1,7 @@
 // Package toolcache knows the pinned upstream builds under tools/ (one Go module each, never
 // imported by the main module), how to build them, and where their artifacts are cached:
 // ${XDG_CACHE_HOME:-~/.cache}/eppkit/<name>-<version>/<artifact>. `eppkit tools` and the
-// apiserver endpoint source (conformance/apiserver) both use it. See docs/tools.md.
+// apiserver endpoint source (conformance/endpointsource/apiserver) both use it. See docs/tools.md.
 package toolcache
 
 import (
@@ -25,8 +25,12 @@ const (
 	// KindBinary is a `go build` of Package inside the tool's module (or its Subdir module).
 	KindBinary Kind = iota
 	// KindCRDs copies Files from the module Module@ModuleVersion (its module zip, as the Go
-	// toolchain downloads it) into the artifact directory.
+	// toolchain downloads it) into the artifact directory: GIE's CRDs, and llm-d's sample
+	// EndpointPickerConfig.
 	KindCRDs
+	// KindNodeImage is the kind node image: the tool module's main package (the assembler)
+	// builds it into the container engine; the artifact file is its stamp (NodeImageStamp).
+	KindNodeImage
 )
 
 // Artifact is one cached output of a tool: a binary or a directory of extracted files.
@@ -40,6 +44,15 @@ type Artifact struct {
 	Subdir string
 	// LDFlags are passed to go build as -ldflags (version stamping).
 	LDFlags string
+	// Env adds KEY=value entries to the go build environment (e.g. CGO_ENABLED=0).
+	Env []string
+	// VersionVar, when set, is a -X variable given the version of the package's module as the
+	// tool module pins it (so the version lives in go.mod only).
+	VersionVar string
+	// VersionTrimV drops the leading "v" of that version (runc prints "1.4.3").
+	VersionTrimV bool
+	// Tags are go build -tags.
+	Tags []string
 	// Module, ModuleVersion and Files (paths inside the module) describe a KindCRDs artifact.
 	Module, ModuleVersion string
 	Files                 []string
@@ -92,9 +105,11 @@ const (
 
 // CRD file names inside the GIE module (config/crd/bases), and the artifact directory holding them.
 const (
-	CRDsArtifact          = "crds"
-	InferencePoolCRD      = "inference.networking.k8s.io_inferencepools.yaml"
-	InferenceObjectiveCRD = "inference.networking.x-k8s.io_inferenceobjectives.yaml"
+	CRDsArtifact             = "crds"
+	InferencePoolCRD         = "inference.networking.k8s.io_inferencepools.yaml"
+	InferenceObjectiveCRD    = "inference.networking.x-k8s.io_inferenceobjectives.yaml"
+	InferenceModelRewriteCRD = "inference.networking.x-k8s.io_inferencemodelrewrites.yaml"
+	InferencePoolImportCRD   = "inference.networking.x-k8s.io_inferencepoolimports.yaml"
 )
 
 // Tools are the pinned builds, by name (the name given to `eppkit tools build`). The key is the
@@ -110,16 +125,49 @@ var Tools = map[string]Tool{
 			{Name: "etcd", Package: ".", Subdir: "etcd", LDFlags: "-s -w"},
 			{Name: "kube-controller-manager", Package: "k8s.io/kubernetes/cmd/kube-controller-manager", LDFlags: kubeLDFlags("v1.37.2", "1", "37"), Optional: true},
 			{Name: "kube-scheduler", Package: "k8s.io/kubernetes/cmd/kube-scheduler", LDFlags: kubeLDFlags("v1.37.2", "1", "37"), Optional: true},
+			// The node components of the kind node image (tools build kind-node builds them here,
+			// so they share this module's Go build cache with kube-apiserver).
+			{Name: "kubelet", Package: "k8s.io/kubernetes/cmd/kubelet", LDFlags: kubeLDFlags("v1.37.2", "1", "37"), Optional: true},
+			{Name: "kubeadm", Package: "k8s.io/kubernetes/cmd/kubeadm", LDFlags: kubeLDFlags("v1.37.2", "1", "37"), Optional: true},
+			{Name: "kubectl", Package: "k8s.io/kubernetes/cmd/kubectl", LDFlags: kubeLDFlags("v1.37.2", "1", "37"), Optional: true},
+			{Name: "kube-proxy", Package: "k8s.io/kubernetes/cmd/kube-proxy", LDFlags: kubeLDFlags("v1.37.2", "1", "37"), Optional: true},
+		},
+	},
+	// The kind node image for Kubernetes v1.37.2, assembled offline (docs/tools.md,
+	// "kind-node"): the Go components below at the versions tools/kind-node-v1.37.2/go.mod pins,
+	// the k8s tool's binaries, Debian's userland and CNI plugins, kind's base files.
+	KindNodeTool: {
+		Name: KindNodeTool, Version: "v1.37.2",
+		Description: "the kind node image " + KindNodeImageTag + " (offline): containerd, runc, crictl and coredns " +
+			"at the versions of tools/kind-node-v1.37.2/go.mod, kubelet, kubeadm, kubectl and the control-plane " +
+			"images from the k8s tool, a Debian bookworm rootfs with kind's base files (sigs.k8s.io/kind)",
+		Artifacts: []Artifact{
+			// containerd's Makefile tags: no aufs, zfs, btrfs or devmapper snapshotters.
+			{Name: "containerd", Package: "github.com/containerd/containerd/v2/cmd/containerd", LDFlags: "-s -w",
+				VersionVar: "github.com/containerd/containerd/v2/version.Version", Tags: []string{"no_aufs", "no_zfs", "no_btrfs", "no_devmapper"}},
+			{Name: "ctr", Package: "github.com/containerd/containerd/v2/cmd/ctr", LDFlags: "-s -w",
+				VersionVar: "github.com/containerd/containerd/v2/version.Version", Tags: []string{"no_aufs", "no_zfs", "no_btrfs", "no_devmapper"}},
+			{Name: "containerd-shim-runc-v2", Package: "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2", LDFlags: "-s -w",
+				VersionVar: "github.com/containerd/containerd/v2/version.Version"},
+			// runc with seccomp (cgo, libseccomp-dev), as its Makefile builds it.
+			{Name: "runc", Package: "github.com/opencontainers/runc", LDFlags: "-s -w", VersionVar: "main.version", VersionTrimV: true,
+				Tags: []string{"seccomp", "urfave_cli_no_docs"}},
+			{Name: "crictl", Package: "sigs.k8s.io/cri-tools/cmd/crictl", LDFlags: "-s -w", VersionVar: "sigs.k8s.io/cri-tools/pkg/version.Version"},
+			{Name: "coredns", Package: "github.com/coredns/coredns", LDFlags: "-s -w"},
+			{Name: KindNodeImageArtifact, Kind: KindNodeImage},
 		},
 	},
 	"gie": {
 		Name: "gie", Version: GIEVersion,
-		Description: "the upstream endpoint picker (cmd/epp) and the InferencePool / InferenceObjective CRDs " +
+		Description: "the upstream endpoint picker (cmd/epp) and the InferencePool, InferenceObjective, " +
+			"InferenceModelRewrite and InferencePoolImport CRDs " +
 			"of " + GIEModule + " " + GIEVersion,
 		Artifacts: []Artifact{
 			{Name: CRDsArtifact, Kind: KindCRDs, Module: GIEModule, ModuleVersion: GIEVersion, Files: []string{
 				"config/crd/bases/" + InferencePoolCRD,
 				"config/crd/bases/" + InferenceObjectiveCRD,
+				"config/crd/bases/" + InferenceModelRewriteCRD,
+				"config/crd/bases/" + InferencePoolImportCRD,
 			}},
 			{Name: "epp", Package: GIEModule + "/cmd/epp", LDFlags: "-s -w"},
 		},
@@ -146,7 +194,37 @@ var Tools = map[string]Tool{
 			{Name: SimBinary, Package: SimModule + "/cmd/llm-d-inference-sim", LDFlags: "-s -w"},
 		},
 	},
+	// llm-d's endpoint picker: GIE v1.4.0's EPP runner with llm-d's plugins registered, for the
+	// interop runs `make interop-llmd-scheduler-v0.7.1*`. tools/llmd-v0.7.1/go.mod lifts its
+	// llm-d-kv-cache dependency from v0.7.1 (refused by the module proxy) to v0.8.1. Built
+	// without cgo: nothing in its graph needs it (the pure-Go build the upstream Dockerfile.epp
+	// also does with CGO_ENABLED=0).
+	LLMDTool: {
+		Name: LLMDTool, Version: LLMDVersion,
+		Description: "llm-d's endpoint picker (cmd/epp) of " + LLMDModule + " " + LLMDVersion +
+			" (GIE v1.4.0 runner + llm-d plugins), with llm-d-kv-cache lifted to v0.8.1",
+		Artifacts: []Artifact{
+			{Name: LLMDBinary, Package: LLMDModule + "/cmd/epp", LDFlags: "-s -w", Env: []string{"CGO_ENABLED=0"}},
+			{Name: LLMDConfigsArtifact, Kind: KindCRDs, Module: LLMDModule, ModuleVersion: LLMDVersion, Files: []string{
+				"deploy/config/" + LLMDSampleConfig,
+			}},
+		},
+	},
 }
+
+// LLMDTool is the Tools key of llm-d's EPP (module tools/llmd-v0.7.1, cache llmd-v0.7.1/),
+// LLMDModule and LLMDVersion the pinned upstream module, LLMDBinary its binary.
+const (
+	LLMDTool    = "llmd"
+	LLMDModule  = "github.com/llm-d/llm-d-inference-scheduler"
+	LLMDVersion = "v0.7.1"
+	LLMDBinary  = "epp"
+	// LLMDConfigsArtifact is the directory holding llm-d's sample config LLMDSampleConfig
+	// (deploy/config/epp-config.yaml of the module: decode-filter, prefix-cache-scorer,
+	// max-score-picker), which `make interop-llmd-scheduler-v0.7.1-sample-config` runs.
+	LLMDConfigsArtifact = "configs"
+	LLMDSampleConfig    = "epp-config.yaml"
+)
 
 // SimTool is the Tools key of llm-d-inference-sim (module tools/sim-v0.10.2, cache sim-v0.10.2/),
 // SimModule and SimVersion the pinned upstream module, SimBinary its one artifact.
@@ -225,16 +303,37 @@ func Path(tool, artifact string) (string, error) {
 		return "", err
 	}
 	p := filepath.Join(dir, a.Name)
-	if _, err := os.Stat(p); err != nil {
+	if !cached(a, p) {
 		return p, fmt.Errorf("%s %s of %s-%s is %w (run `eppkit tools build %s --only %s` or `make tools`): %s",
 			kindWord(a), a.Name, t.Name, t.Version, ErrNotBuilt, tool, a.Name, p)
 	}
 	return p, nil
 }
 
+// cached reports whether artifact a is complete at path p: the binary exists, or the CRD
+// directory holds every file the artifact lists (a cache extracted before a file was added to
+// the list is extracted again).
+func cached(a Artifact, p string) bool {
+	if _, err := os.Stat(p); err != nil {
+		return false
+	}
+	if a.Kind != KindCRDs {
+		return true
+	}
+	for _, f := range a.Files {
+		if _, err := os.Stat(filepath.Join(p, filepath.Base(f))); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
 func kindWord(a Artifact) string {
-	if a.Kind == KindCRDs {
+	switch a.Kind {
+	case KindCRDs:
 		return "directory"
+	case KindNodeImage:
+		return "image stamp"
 	}
 	return "binary"
 }
@@ -263,6 +362,8 @@ type BuildOptions struct {
 	Parallelism int
 	// Log receives progress lines and the go command's output (nil = discarded).
 	Log io.Writer
+	// Engine is the container engine CLI a KindNodeImage artifact is loaded into ("" = docker).
+	Engine string
 }
 
 // Result says what happened to one artifact.
@@ -310,7 +411,20 @@ func Build(ctx context.Context, tool string, opts BuildOptions) ([]Result, error
 	var results []Result
 	for _, a := range sel {
 		dst := filepath.Join(dir, a.Name)
-		if _, err := os.Stat(dst); err == nil && !opts.Force {
+		if a.Kind == KindNodeImage {
+			start := time.Now()
+			skipped, err := buildKindNodeImage(ctx, t, opts, dst, logw)
+			if err != nil {
+				return results, fmt.Errorf("tool %s-%s, artifact %s: %w", t.Name, t.Version, a.Name, err)
+			}
+			r := Result{Artifact: a.Name, Path: dst, Skipped: skipped}
+			if !skipped {
+				r.Duration = time.Since(start)
+			}
+			results = append(results, r)
+			continue
+		}
+		if cached(a, dst) && !opts.Force {
 			results = append(results, Result{Artifact: a.Name, Path: dst, Skipped: true})
 			continue
 		}
@@ -359,21 +473,47 @@ func buildBinary(ctx context.Context, goCmd, modDir string, a Artifact, dst stri
 	if parallelism > 0 {
 		args = append(args, fmt.Sprintf("-p=%d", parallelism))
 	}
-	if a.LDFlags != "" {
-		args = append(args, "-ldflags="+a.LDFlags)
+	if len(a.Tags) > 0 {
+		args = append(args, "-tags="+strings.Join(a.Tags, ","))
+	}
+	ldflags := a.LDFlags
+	if a.VersionVar != "" {
+		v, err := packageModuleVersion(ctx, goCmd, modDir, a.Package)
+		if err != nil {
+			return err
+		}
+		if a.VersionTrimV {
+			v = strings.TrimPrefix(v, "v")
+		}
+		ldflags = strings.TrimSpace(ldflags + " -X " + a.VersionVar + "=" + v)
+	}
+	if ldflags != "" {
+		args = append(args, "-ldflags="+ldflags)
 	}
 	args = append(args, a.Package)
 	cmd := exec.CommandContext(ctx, goCmd, args...)
 	cmd.Dir = modDir
 	// The tools modules are separate from the main module; a GOFLAGS=-mod=vendor or a GOWORK
 	// from the caller's environment must not leak into them.
-	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-buildvcs=false")
+	cmd.Env = append(append(os.Environ(), "GOWORK=off", "GOFLAGS=-buildvcs=false"), a.Env...)
 	cmd.Stdout, cmd.Stderr = logw, logw
 	if err := cmd.Run(); err != nil {
 		_ = os.Remove(tmp)
 		return fmt.Errorf("go %s (in %s): %w", strings.Join(args, " "), modDir, err)
 	}
 	return os.Rename(tmp, dst)
+}
+
+// packageModuleVersion is the version of the module providing pkg in modDir's module graph.
+func packageModuleVersion(ctx context.Context, goCmd, modDir, pkg string) (string, error) {
+	cmd := exec.CommandContext(ctx, goCmd, "list", "-f", "{{.Module.Version}}", pkg)
+	cmd.Dir = modDir
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-buildvcs=false")
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("go list %s (in %s): %w", pkg, modDir, err)
+	}
+	return strings.TrimSpace(string(out)), nil
 }
 
 // extractFiles copies a.Files out of the module a.Module@a.ModuleVersion, as the Go toolchain

@@ -19,9 +19,9 @@ func TestSelectArtifacts(t *testing.T) {
 		wantErr string
 	}{
 		{name: "default skips optional", want: []string{"kube-apiserver", "etcd"}},
-		{name: "all", opts: BuildOptions{All: true}, want: []string{"kube-apiserver", "etcd", "kube-controller-manager", "kube-scheduler"}},
+		{name: "all", opts: BuildOptions{All: true}, want: []string{"kube-apiserver", "etcd", "kube-controller-manager", "kube-scheduler", "kubelet", "kubeadm", "kubectl", "kube-proxy"}},
 		{name: "only", opts: BuildOptions{Only: []string{"etcd", "kube-scheduler"}}, want: []string{"etcd", "kube-scheduler"}},
-		{name: "only unknown", opts: BuildOptions{Only: []string{"kubelet"}}, wantErr: `--only: tool k8s has no artifact "kubelet"`},
+		{name: "only unknown", opts: BuildOptions{Only: []string{"cloud-controller-manager"}}, wantErr: `--only: tool k8s has no artifact "cloud-controller-manager"`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -70,8 +70,8 @@ func TestCacheRootAndPath(t *testing.T) {
 		t.Fatalf("Path = %q, %v; want %q", got, err, want)
 	}
 	for _, tc := range []struct{ tool, artifact, wantErr string }{
-		{"nope", "x", `unknown tool "nope" (have gie, gie-v1.6.0, k8s, sim)`},
-		{"k8s", "kubelet", `tool k8s has no artifact "kubelet"`},
+		{"nope", "x", `unknown tool "nope" (have gie, gie-v1.6.0, k8s, kind-node, llmd, sim)`},
+		{"k8s", "cloud-controller-manager", `tool k8s has no artifact "cloud-controller-manager"`},
 		{"gie-v1.6.0", "epp", `tool gie-v1.6.0 has no artifact "epp"`},
 	} {
 		if _, err := Path(tc.tool, tc.artifact); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
@@ -111,7 +111,7 @@ func TestBuildExtractsCRDs(t *testing.T) {
 	if len(res) != 1 || res[0].Skipped {
 		t.Fatalf("results = %+v, want one fresh extraction", res)
 	}
-	for _, f := range []string{InferencePoolCRD, InferenceObjectiveCRD} {
+	for _, f := range []string{InferencePoolCRD, InferenceObjectiveCRD, InferenceModelRewriteCRD, InferencePoolImportCRD} {
 		b, err := os.ReadFile(filepath.Join(res[0].Path, f))
 		if err != nil {
 			t.Fatal(err)
@@ -123,6 +123,21 @@ func TestBuildExtractsCRDs(t *testing.T) {
 	res, err = Build(t.Context(), "gie", BuildOptions{RepoRoot: root, Only: []string{CRDsArtifact}})
 	if err != nil || len(res) != 1 || !res[0].Skipped {
 		t.Fatalf("second Build = %+v, %v; want skipped", res, err)
+	}
+	// A cache missing one of the listed files (extracted before it was listed) is incomplete:
+	// Path says so and Build extracts again.
+	if err := os.Remove(filepath.Join(res[0].Path, InferenceModelRewriteCRD)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Path("gie", CRDsArtifact); !errors.Is(err, ErrNotBuilt) {
+		t.Fatalf("Path of an incomplete CRD directory: %v, want ErrNotBuilt", err)
+	}
+	res, err = Build(t.Context(), "gie", BuildOptions{RepoRoot: root, Only: []string{CRDsArtifact}})
+	if err != nil || len(res) != 1 || res[0].Skipped {
+		t.Fatalf("Build of an incomplete cache = %+v, %v; want a fresh extraction", res, err)
+	}
+	if _, err := os.Stat(filepath.Join(res[0].Path, InferenceModelRewriteCRD)); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -149,5 +164,75 @@ func TestSecondVersionOfOneModule(t *testing.T) {
 	}
 	if want := filepath.Join(dir, "gie-v1.6.0", "lwepp"); p != want {
 		t.Errorf("Path = %q, want %q", p, want)
+	}
+}
+
+// TestBuildPassesArtifactEnv: an artifact's Env reaches the go command (llm-d's EPP is built with
+// CGO_ENABLED=0), after the caller's environment so it wins, and GOWORK stays off. The go command
+// here is a script that writes its environment and arguments to the -o file.
+func TestBuildPassesArtifactEnv(t *testing.T) {
+	cache := t.TempDir()
+	t.Setenv("EPPKIT_TOOLS_CACHE", cache)
+	t.Setenv("CGO_ENABLED", "1")
+	root, err := FindRepoRoot(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fakeGo := filepath.Join(t.TempDir(), "go")
+	script := "#!/bin/sh\nout=\nwhile [ $# -gt 0 ]; do [ \"$1\" = -o ] && out=$2; shift; done\nenv > \"$out\"\necho \"pwd=$(pwd)\" >> \"$out\"\n"
+	if err := os.WriteFile(fakeGo, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Build(t.Context(), LLMDTool, BuildOptions{RepoRoot: root, GoCommand: fakeGo, Only: []string{LLMDBinary}})
+	if err != nil {
+		t.Fatalf("Build llmd with a fake go: %v", err)
+	}
+	if len(res) != 1 || res[0].Path != filepath.Join(cache, "llmd-v0.7.1", LLMDBinary) {
+		t.Fatalf("results = %+v, want one artifact at llmd-v0.7.1/%s", res, LLMDBinary)
+	}
+	b, err := os.ReadFile(res[0].Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(b), "\n")
+	last := map[string]string{}
+	for _, l := range lines {
+		if k, v, ok := strings.Cut(l, "="); ok {
+			last[k] = v
+		}
+	}
+	for k, want := range map[string]string{"CGO_ENABLED": "0", "GOWORK": "off", "pwd": filepath.Join(root, "tools", "llmd-v0.7.1")} {
+		if last[k] != want {
+			t.Errorf("go build saw %s=%q, want %q", k, last[k], want)
+		}
+	}
+}
+
+// TestBuildExtractsLLMDSampleConfig: llm-d's sample EndpointPickerConfig comes out of the pinned
+// module zip (go mod download inside tools/llmd-v0.7.1) as is.
+func TestBuildExtractsLLMDSampleConfig(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: needs the go command and the llm-d-inference-scheduler module")
+	}
+	t.Setenv("EPPKIT_TOOLS_CACHE", t.TempDir())
+	root, err := FindRepoRoot(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Build(t.Context(), LLMDTool, BuildOptions{RepoRoot: root, Only: []string{LLMDConfigsArtifact}})
+	if err != nil {
+		t.Fatalf("Build llmd configs: %v", err)
+	}
+	if len(res) != 1 || res[0].Skipped {
+		t.Fatalf("results = %+v, want one fresh extraction", res)
+	}
+	b, err := os.ReadFile(filepath.Join(res[0].Path, LLMDSampleConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"kind: EndpointPickerConfig", "type: decode-filter", "type: prefix-cache-scorer"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("%s has no %q:\n%s", LLMDSampleConfig, want, b)
+		}
 	}
 }

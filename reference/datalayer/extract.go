@@ -36,7 +36,11 @@ func extract(fams map[string]*dto.MetricFamily, sp specs) (*framework.Metrics, e
 		}
 	}
 	if sp.kv != nil {
-		if v, err := loadValue(fams, sp.kv, sp.engineLabel, true); err != nil {
+		kv := sp.kv
+		if fams[kv.name] == nil && sp.kvFallback != nil && fams[sp.kvFallback.name] != nil {
+			kv = sp.kvFallback
+		}
+		if v, err := loadValue(fams, kv, sp.engineLabel, true); err != nil {
 			errs = append(errs, err)
 		} else {
 			// vLLM reports a fraction; a value a hair above 1 from float arithmetic is clamped.

@@ -127,6 +127,23 @@ vllm:kv_cache_usage_perc 0
 			want: framework.Metrics{WaitingQueueSize: 9},
 		},
 		{
+			name: "legacy vLLM (before v0.10): only vllm:gpu_cache_usage_perc",
+			text: header + `vllm:num_requests_waiting{model_name="m"} 1
+vllm:num_requests_running{model_name="m"} 2
+vllm:gpu_cache_usage_perc{model_name="m"} 0.7
+`,
+			want: framework.Metrics{WaitingQueueSize: 1, RunningRequests: 2, KVCacheUsage: 0.7},
+		},
+		{
+			name: "vLLM v0.9-v0.10: both names, the current one wins",
+			text: header + `vllm:num_requests_waiting{engine="0",model_name="m"} 1
+vllm:num_requests_running{engine="0",model_name="m"} 2
+vllm:gpu_cache_usage_perc{engine="0",model_name="m"} 0.9
+vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.3
+`,
+			want: framework.Metrics{WaitingQueueSize: 1, RunningRequests: 2, KVCacheUsage: 0.3},
+		},
+		{
 			name: "untyped samples (no TYPE line) and counters are read",
 			text: `vllm:num_requests_waiting 1
 # TYPE vllm:num_requests_running counter

@@ -15,9 +15,16 @@ import (
 )
 
 // TestAgainstFakeVLLM scrapes a real fakes/vllm server (the same command line `eppkit fake-vllm`
-// takes) to prove the default names match what it, and vLLM, export.
+// takes) to prove the default names match what it, and vLLM, export, in every metric-name
+// generation (current, legacy, both).
 func TestAgainstFakeVLLM(t *testing.T) {
-	cfg, _, err := vllm.ParseArgs([]string{
+	for _, gen := range vllm.MetricsGenerations {
+		t.Run(gen, func(t *testing.T) { againstFakeVLLM(t, gen) })
+	}
+}
+
+func againstFakeVLLM(t *testing.T, generation string) {
+	cfg, _, err := vllm.ParseArgs([]string{"--metrics-names", generation,
 		"--model", "meta-llama/Llama-3.1-8B-Instruct", "--port", "0", "--host", "127.0.0.1",
 		"--max-loras", "3", "--block-size", "32",
 		"--lora-modules", `{"name":"sql-lora"}`, `{"name":"chat-lora"}`,

@@ -9,11 +9,15 @@ import (
 // Upstream default metric names (gateway-api-inference-extension v1.5.0, pkg/epp/server/options.go
 // and pkg/epp/framework/plugins/datalayer/extractor/metrics/factories.go).
 const (
-	DefaultWaitingMetric     = "vllm:num_requests_waiting"
-	DefaultRunningMetric     = "vllm:num_requests_running"
-	DefaultKVCacheMetric     = "vllm:kv_cache_usage_perc"
-	DefaultLoRAInfoMetric    = "vllm:lora_requests_info"
-	DefaultCacheConfigMetric = "vllm:cache_config_info"
+	DefaultWaitingMetric = "vllm:num_requests_waiting"
+	DefaultRunningMetric = "vllm:num_requests_running"
+	DefaultKVCacheMetric = "vllm:kv_cache_usage_perc"
+	// DefaultLegacyKVCacheMetric is the KV-cache gauge's name before vLLM v0.10 (the v0 engine;
+	// v1 exported both names in v0.9–v0.10 and dropped this one later). GIE PR #1905 is the
+	// upstream fix for an EPP that read only one of the two.
+	DefaultLegacyKVCacheMetric = "vllm:gpu_cache_usage_perc"
+	DefaultLoRAInfoMetric      = "vllm:lora_requests_info"
+	DefaultCacheConfigMetric   = "vllm:cache_config_info"
 	// DefaultEngineLabel is the label vLLM puts on each data-parallel engine's series.
 	DefaultEngineLabel = "engine"
 )
@@ -38,6 +42,10 @@ type MetricNames struct {
 	RunningRequests string
 	// KVCacheUsage feeds Metrics.KVCacheUsage (a fraction in [0,1]). Required when set.
 	KVCacheUsage string
+	// KVCacheUsageFallback is read instead of KVCacheUsage when the exposition has no
+	// KVCacheUsage family at all (an older vLLM that exports only the legacy name). Empty
+	// disables the fallback.
+	KVCacheUsageFallback string
 	// LoRAInfo is the info family whose labels list running and waiting LoRA adapters and max_lora;
 	// the series with the largest value (its update time, Unix seconds) wins. Optional.
 	LoRAInfo string
@@ -54,9 +62,11 @@ func DefaultMetricNames() MetricNames {
 		WaitingRequests: DefaultWaitingMetric,
 		RunningRequests: DefaultRunningMetric,
 		KVCacheUsage:    DefaultKVCacheMetric,
-		LoRAInfo:        DefaultLoRAInfoMetric,
-		CacheConfig:     DefaultCacheConfigMetric,
-		EngineLabel:     DefaultEngineLabel,
+		// Both generations of vLLM's name: the current one, else the legacy one.
+		KVCacheUsageFallback: DefaultLegacyKVCacheMetric,
+		LoRAInfo:             DefaultLoRAInfoMetric,
+		CacheConfig:          DefaultCacheConfigMetric,
+		EngineLabel:          DefaultEngineLabel,
 	}
 }
 
@@ -68,8 +78,8 @@ type metricSpec struct {
 
 // specs are the parsed MetricNames; nil entries are disabled.
 type specs struct {
-	waiting, running, kv, lora, cache *metricSpec
-	engineLabel                       string
+	waiting, running, kv, kvFallback, lora, cache *metricSpec
+	engineLabel                                   string
 }
 
 var labelNameRE = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
@@ -133,12 +143,13 @@ func (n MetricNames) compile() (specs, error) {
 		{"WaitingRequests", n.WaitingRequests, &out.waiting},
 		{"RunningRequests", n.RunningRequests, &out.running},
 		{"KVCacheUsage", n.KVCacheUsage, &out.kv},
+		{"KVCacheUsageFallback", n.KVCacheUsageFallback, &out.kvFallback},
 		{"LoRAInfo", n.LoRAInfo, &out.lora},
 		{"CacheConfig", n.CacheConfig, &out.cache},
 	} {
 		sp, err := parseSpec(f.sel)
 		if err != nil {
-			return specs{}, fmt.Errorf("Names.%s: %w", f.field, err)
+			return specs{}, fmt.Errorf("datalayer config: Names.%s: %w", f.field, err)
 		}
 		*f.dst = sp
 	}

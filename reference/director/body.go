@@ -10,95 +10,116 @@ import (
 	"github.com/eppkit/eppkit/reference/framework"
 )
 
-// API kinds of an OpenAI request body.
+// API kinds of a request body, by path (SPEC §9.1); aliases of the framework's names.
 const (
-	// APICompletions is /v1/completions.
-	APICompletions = "completions"
-	// APIChatCompletions is /v1/chat/completions.
-	APIChatCompletions = "chat/completions"
+	APICompletions     = framework.APICompletions
+	APIChatCompletions = framework.APIChatCompletions
+	APIEmbeddings      = framework.APIEmbeddings
+	APIMessages        = framework.APIMessages
+	APIResponses       = framework.APIResponses
+	APIOther           = framework.APIOther
 )
 
 // ParsedBody is a request body after ParseBody.
 type ParsedBody struct {
-	// API is APICompletions or APIChatCompletions.
-	API string
+	// API is the API the body was parsed as.
+	API framework.API
 	// Model is the body's "model" field (the incoming model name).
 	Model string
 	// Stream is the body's "stream" field (false when absent).
 	Stream bool
-	// Body is what the framework sees: exactly one of Completions or ChatCompletions is set.
+	// Body is what the framework sees: Body.API is API and the matching field is set (none for
+	// APIOther).
 	Body *framework.LLMRequestBody
 	// fields holds the top-level fields raw, so the body can be re-encoded with another model
 	// without touching any other value (numbers keep their exact text).
 	fields map[string]json.RawMessage
 }
 
-// APIFromPath returns the API kind named by a request path (":path" header, query string
-// ignored): a path ending in "/chat/completions" is chat, one ending in "/completions" is
-// completions, anything else "" (unknown). Upstream v1.5.0 does the same suffix match
-// (gateway-api-inference-extension, pkg/epp/framework/plugins/requesthandling/parsers/openai/openai.go,
-// determineAPITypeFromPath).
-func APIFromPath(path string) string {
+// APIFromPath returns the API named by a request path (":path" header; query string and
+// fragment ignored), matched by suffix as upstream v1.5.0's determineAPITypeFromPath does
+// (gateway-api-inference-extension, pkg/epp/framework/plugins/requesthandling/parsers/openai/openai.go),
+// so provider prefixes such as /v1/projects/p/.../chat/completions work: "/responses",
+// "/chat/completions", "/completions", "/embeddings", "/messages" (Anthropic, eppkit). Any other
+// non-empty path is APIOther; an empty path (no ":path" header) is "", which ParseBody treats as
+// upstream does a request without a path (completions, or chat when the body has "messages").
+func APIFromPath(path string) framework.API {
 	if i := strings.IndexAny(path, "?#"); i >= 0 {
 		path = path[:i]
 	}
+	if path == "" {
+		return ""
+	}
 	path = strings.TrimRight(path, "/")
 	switch {
+	case strings.HasSuffix(path, "/responses"):
+		return APIResponses
 	case strings.HasSuffix(path, "/chat/completions"):
 		return APIChatCompletions
 	case strings.HasSuffix(path, "/completions"):
 		return APICompletions
+	case strings.HasSuffix(path, "/embeddings"):
+		return APIEmbeddings
+	case strings.HasSuffix(path, "/messages"):
+		return APIMessages
 	}
-	return ""
+	return APIOther
 }
 
-// ParseBody parses an OpenAI completions or chat-completions body (SPEC §5.2). api is the kind
-// from the request path (APIFromPath); "" means unknown, in which case a body with a "messages"
-// field is chat and any other body is completions (upstream defaults to completions).
+// ParseBody parses a request body of one of the APIs of SPEC §9.1. api is the kind from the
+// request path (APIFromPath); "" means the path is unknown: a body with a "messages" field is
+// then chat and any other body completions (upstream v1.5.0 defaults to completions).
 //
 // Rules, each failure an error wrapping framework.ErrBadRequest (400) that names the field:
 //   - the body must be one JSON object (malformed JSON, trailing data or another type → 400);
-//   - "model" must be a non-empty string;
-//   - chat: "messages" must be a non-empty array of objects with a string "role";
-//   - completions: "prompt" must be a non-empty string or a non-empty array of strings; an array
-//     is joined with single spaces, as upstream v1.5.0's Prompt.PlainText does
-//     (pkg/epp/framework/interface/scheduling/types.go);
-//   - "stream" when present must be a boolean; "cache_salt" when present a string.
+//   - "model" must be a non-empty string, on every API;
+//   - "stream" when present must be a boolean; "cache_salt" when present a string;
+//   - completions "prompt" and embeddings "input": a non-empty string, a non-empty array of
+//     strings (joined with single spaces, as upstream v1.5.0's Prompt.PlainText), a non-empty
+//     array of token ids (integers 0..4294967295), or a non-empty array of non-empty token-id
+//     arrays (concatenated in order);
+//   - chat "messages": a non-empty array of objects, each with a non-empty string "role", a
+//     "content" that is a string, null or an array of content-part objects with a non-empty
+//     string "type", "tool_calls" (when present) an array of objects and "tool_call_id" a string;
+//     "tools" an array;
+//   - Anthropic Messages "messages": as chat, with "content" required (a string or an array of
+//     content blocks); "system" a string or an array of content blocks; "tools" an array;
+//   - OpenAI Responses "input": a non-empty string or a non-empty array of item objects (an
+//     item's "type", when present, a string; a message item's "content" a string or an array of
+//     content-part objects with a string "type"); "instructions" a string; "tools" an array;
+//   - APIOther: only the rules common to every API (SPEC §9.1: routed without prompt validation).
 //
 // Unknown fields are kept (they are the model server's business) and never rejected.
-func ParseBody(api string, body []byte) (*ParsedBody, error) {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("request body: "+format+": %w", append(args, framework.ErrBadRequest)...)
-	}
+func ParseBody(api framework.API, body []byte) (*ParsedBody, error) {
 	trimmed := bytes.TrimSpace(body)
 	if len(trimmed) == 0 || trimmed[0] != '{' {
-		return nil, bad("must be a JSON object")
+		return nil, badBody("must be a JSON object")
 	}
 	fields, err := topLevelFields(trimmed)
 	if err != nil {
-		return nil, bad("%s", err.Error())
+		return nil, badBody("%s", err.Error())
 	}
 	p := &ParsedBody{fields: fields}
 
 	rawModel, ok := fields["model"]
 	if !ok || isNull(rawModel) {
-		return nil, bad(`field "model" is required`)
+		return nil, badBody(`field "model" is required`)
 	}
 	if err := decodeString(rawModel, &p.Model); err != nil {
-		return nil, bad(`field "model" must be a string`)
+		return nil, badBody(`field "model" must be a string`)
 	}
 	if p.Model == "" {
-		return nil, bad(`field "model" must not be empty`)
+		return nil, badBody(`field "model" must not be empty`)
 	}
 	if raw, ok := fields["stream"]; ok && !isNull(raw) {
 		if err := decodeBool(raw, &p.Stream); err != nil {
-			return nil, bad(`field "stream" must be a boolean`)
+			return nil, badBody(`field "stream" must be a boolean`)
 		}
 	}
 	var salt string
 	if raw, ok := fields["cache_salt"]; ok && !isNull(raw) {
 		if err := decodeString(raw, &salt); err != nil {
-			return nil, bad(`field "cache_salt" must be a string`)
+			return nil, badBody(`field "cache_salt" must be a string`)
 		}
 	}
 
@@ -109,45 +130,51 @@ func ParseBody(api string, body []byte) (*ParsedBody, error) {
 		}
 	}
 	p.API = api
+	p.Body = &framework.LLMRequestBody{API: api}
 	switch api {
+	case APICompletions:
+		text, ids, err := promptField(fields, "prompt", "completions")
+		if err != nil {
+			return nil, err
+		}
+		p.Body.Completions = &framework.CompletionsRequest{Prompt: text, TokenIDs: ids, CacheSalt: salt}
+	case APIEmbeddings:
+		text, ids, err := promptField(fields, "input", "embeddings")
+		if err != nil {
+			return nil, err
+		}
+		p.Body.Embeddings = &framework.EmbeddingsRequest{Input: text, TokenIDs: ids, CacheSalt: salt}
 	case APIChatCompletions:
-		raw, ok := fields["messages"]
-		if !ok || isNull(raw) {
-			return nil, bad(`field "messages" is required for chat completions`)
-		}
-		var chat framework.ChatCompletionsRequest
-		if err := json.Unmarshal(trimmed, &chat); err != nil {
-			return nil, bad("chat completions: %s", describeJSONError(err))
-		}
-		if len(chat.Messages) == 0 {
-			return nil, bad(`field "messages" must not be empty`)
-		}
-		var msgs []map[string]json.RawMessage
-		if err := json.Unmarshal(raw, &msgs); err != nil {
-			return nil, bad(`field "messages" must be an array of objects`)
-		}
-		for i, m := range msgs {
-			var role string
-			if err := json.Unmarshal(m["role"], &role); err != nil || role == "" {
-				return nil, bad(`field "messages[%d].role" must be a non-empty string`, i)
-			}
+		chat, err := parseChat(fields)
+		if err != nil {
+			return nil, err
 		}
 		chat.CacheSalt = salt
-		p.Body = &framework.LLMRequestBody{ChatCompletions: &chat}
-	case APICompletions:
-		raw, ok := fields["prompt"]
-		if !ok || isNull(raw) {
-			return nil, bad(`field "prompt" is required for completions`)
-		}
-		prompt, err := promptText(raw)
+		p.Body.ChatCompletions = chat
+	case APIMessages:
+		m, err := parseMessages(fields)
 		if err != nil {
-			return nil, bad(`field "prompt": %v`, err)
+			return nil, err
 		}
-		p.Body = &framework.LLMRequestBody{Completions: &framework.CompletionsRequest{Prompt: prompt, CacheSalt: salt}}
+		m.CacheSalt = salt
+		p.Body.Messages = m
+	case APIResponses:
+		r, err := parseResponses(fields)
+		if err != nil {
+			return nil, err
+		}
+		r.CacheSalt = salt
+		p.Body.Responses = r
+	case APIOther:
 	default:
-		return nil, bad("unsupported API %q", api)
+		return nil, badBody("unsupported API %q", api)
 	}
 	return p, nil
+}
+
+// badBody is a refusal of the request body: an error wrapping framework.ErrBadRequest.
+func badBody(format string, args ...any) error {
+	return fmt.Errorf("request body: "+format+": %w", append(args, framework.ErrBadRequest)...)
 }
 
 // WithModel returns the body re-encoded with "model" set to model. The other top-level fields
@@ -163,30 +190,6 @@ func (p *ParsedBody) WithModel(model string) ([]byte, error) {
 	}
 	fields["model"] = m
 	return json.Marshal(fields)
-}
-
-func promptText(raw json.RawMessage) (string, error) {
-	if s, ok := plainString(raw); ok {
-		if s == "" {
-			return "", errors.New("must not be empty")
-		}
-		return s, nil
-	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err == nil {
-		if s == "" {
-			return "", errors.New("must not be empty")
-		}
-		return s, nil
-	}
-	var list []string
-	if err := json.Unmarshal(raw, &list); err != nil {
-		return "", errors.New("must be a string or an array of strings")
-	}
-	if len(list) == 0 {
-		return "", errors.New("must not be an empty array")
-	}
-	return strings.Join(list, " "), nil
 }
 
 // decodeString is json.Unmarshal(raw, s) with plainString's fast path for a literal without

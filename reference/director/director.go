@@ -24,7 +24,6 @@ import (
 
 	"k8s.io/utils/clock"
 
-	"github.com/eppkit/eppkit/internal/mutant"
 	"github.com/eppkit/eppkit/reference/framework"
 )
 
@@ -93,6 +92,18 @@ type Options struct {
 	Observer *Observer
 	// NewRequestID makes an x-request-id for requests without one; nil means a random UUID.
 	NewRequestID func() string
+	// ModelRewrites holds the pool's model rewrite rules (InferenceModelRewrite, SPEC §9.4); nil
+	// means none.
+	ModelRewrites ModelRewriter
+}
+
+// ModelRewriter is what the director needs from the model rewrite rules (reference/modelrewrite.Store
+// satisfies it).
+type ModelRewriter interface {
+	// Rewrite returns the target model for a request whose body names model, chosen by weight
+	// among the targets of the rule that applies, and the name of the InferenceModelRewrite the
+	// rule came from; ok is false when no rule applies.
+	Rewrite(model string) (target, rewrite string, ok bool)
 }
 
 // Director runs requests through a Runtime. Safe for concurrent use.
@@ -104,7 +115,12 @@ type Director struct {
 	logger  *slog.Logger
 	obs     *Observer
 	newID   func() string
+	rewrite ModelRewriter
 	sat     framework.SaturationDetectorConfig
+	// idPrefix and seq make the EPP-internal request ids (SPEC §9.2): idPrefix is random per
+	// Director, seq counts the requests it handled.
+	idPrefix string
+	seq      atomic.Uint64
 	// snap caches the keys of the source's last Snapshot (snapshotSource only).
 	snap atomic.Pointer[keyedSnapshot]
 }
@@ -118,7 +134,8 @@ func New(opts Options) (*Director, error) {
 		return nil, errors.New("director: Options.Endpoints is required")
 	}
 	d := &Director{rt: opts.Runtime, src: opts.Endpoints, metrics: opts.Metrics, clock: opts.Clock,
-		logger: opts.Logger, obs: opts.Observer, newID: opts.NewRequestID}
+		logger: opts.Logger, obs: opts.Observer, newID: opts.NewRequestID, rewrite: opts.ModelRewrites}
+	d.idPrefix = newUUID()[:8] + "-"
 	if d.clock == nil {
 		d.clock = clock.RealClock{}
 	}
@@ -166,8 +183,12 @@ type Result struct {
 	Targets []string
 	// PrimaryProfile is the primary profile's name.
 	PrimaryProfile string
-	// RequestIDGenerated is true when the request had no x-request-id and the director made one.
+	// RequestIDGenerated is true when the request had no x-request-id and the director made one
+	// (Request.XRequestID).
 	RequestIDGenerated bool
+	// API is the request's API: the parsed body's, or for a headers-only request the one its path
+	// names ("" without a path).
+	API framework.API
 	// Body is the body to forward: the original bytes, or the body re-encoded with the rewritten
 	// model (BodyMutated). Nil for a headers-only request.
 	Body []byte
@@ -175,6 +196,9 @@ type Result struct {
 	BodyMutated bool
 	// IncomingModel is the body's model before any rewrite ("" for a headers-only request).
 	IncomingModel string
+	// ModelRewrite names the InferenceModelRewrite whose rule chose Request.TargetModel, "" when
+	// none did (SPEC §9.4).
+	ModelRewrite string
 	// Stream is the body's "stream" field.
 	Stream bool
 }
@@ -186,8 +210,10 @@ func (r *Result) Destination() string { return strings.Join(r.Targets, ",") }
 //
 //  1. parses the body (400 on malformed JSON, missing model, empty messages; see ParseBody);
 //     a headers-only request (empty Body) is scheduled without a body;
-//  2. builds the LLMRequest: x-request-id (generated when absent), the target model
-//     (x-gateway-model-name-rewrite, else the body's model), the objective
+//  2. builds the LLMRequest: a fresh EPP-internal RequestID (the key of every per-request store,
+//     SPEC §9.2), the x-request-id as a label (generated when absent), the target model (SPEC
+//     §9.4: x-gateway-model-name-rewrite, else the model rewrite rule for the body's model picked
+//     by weight, else the body's model; the body is re-encoded when it changes), the objective
 //     (x-gateway-inference-objective) and its priority from the endpoint source (absent = 0);
 //  3. candidates = the source's endpoints, narrowed to the subset hint by IP (present but
 //     empty → 503; nothing left → 503), each with a snapshot of its metrics;
@@ -219,9 +245,6 @@ func (d *Director) HandleRequest(ctx context.Context, in *Input) (res *Result, e
 	if headers == nil {
 		headers = map[string]string{}
 	}
-	if mutant.Enabled && mutant.On(mutant.SLOIgnored) {
-		headers = mutantWithoutSLO(headers)
-	}
 	res = &Result{}
 
 	var parsed *ParsedBody
@@ -233,28 +256,33 @@ func (d *Director) HandleRequest(ctx context.Context, in *Input) (res *Result, e
 	}
 
 	req = &framework.LLMRequest{
-		RequestID: headers[HeaderRequestID],
-		Headers:   headers,
-		Objective: headers[HeaderObjective],
+		RequestID:  d.nextRequestID(),
+		XRequestID: headers[HeaderRequestID],
+		Headers:    headers,
+		Objective:  headers[HeaderObjective],
 	}
-	if req.RequestID == "" {
-		req.RequestID = d.newID()
+	if req.XRequestID == "" {
+		req.XRequestID = d.newID()
 		res.RequestIDGenerated = true
 	}
+	res.API = APIFromPath(headers[HeaderPath])
 	if req.Objective != "" {
 		if p, ok := d.src.Priority(req.Objective); ok {
 			req.Priority = p
 		}
 	}
 	req.TargetModel = headers[HeaderModelNameRewrite]
-	if mutant.Enabled && mutant.On(mutant.ModelRewriteIgnored) {
-		req.TargetModel = ""
-	}
 	if parsed != nil {
 		req.Body = parsed.Body
+		res.API = parsed.API
 		res.IncomingModel = parsed.Model
 		res.Stream = parsed.Stream
 		res.Body = in.Body
+		if req.TargetModel == "" && d.rewrite != nil {
+			if target, name, ok := d.rewrite.Rewrite(parsed.Model); ok {
+				req.TargetModel, res.ModelRewrite = target, name
+			}
+		}
 		if req.TargetModel == "" {
 			req.TargetModel = parsed.Model
 		}
@@ -271,11 +299,9 @@ func (d *Director) HandleRequest(ctx context.Context, in *Input) (res *Result, e
 	mds, keys := d.pool()
 	if in.Subset != nil {
 		if len(in.Subset.Endpoints) == 0 {
-			return nil, fmt.Errorf("the subset hint is present but empty: %w", framework.ErrNoEndpoints)
+			return nil, framework.ErrEmptySubset
 		}
-		if !(mutant.Enabled && mutant.On(mutant.SubsetIgnored)) {
-			mds, keys = filterBySubset(mds, keys, in.Subset.Endpoints)
-		}
+		mds, keys = filterBySubset(mds, keys, in.Subset.Endpoints)
 		if len(mds) == 0 {
 			return nil, fmt.Errorf("no ready endpoint matches the subset hint %v: %w", in.Subset.Endpoints, framework.ErrNoEndpoints)
 		}
@@ -299,7 +325,7 @@ func (d *Director) HandleRequest(ctx context.Context, in *Input) (res *Result, e
 	}
 	candidates := framework.NewEndpoints(mds, keys, ms)
 
-	if (req.Priority < 0 || (mutant.Enabled && mutant.On(mutant.CriticalShed))) && d.Saturated(candidates) {
+	if req.Priority < 0 && d.Saturated(candidates) {
 		return nil, fmt.Errorf("sheddable request (objective %q, priority %d) refused: the pool is saturated: %w",
 			req.Objective, req.Priority, framework.ErrShed)
 	}
@@ -325,8 +351,8 @@ func (d *Director) HandleRequest(ctx context.Context, in *Input) (res *Result, e
 		d.obs.observePrefix(primary.TargetEndpoints[0])
 	}
 	d.rt.PreRequest(ctx, req, sres)
-	d.logger.Debug("request scheduled", "requestID", req.RequestID, "model", req.TargetModel,
-		"targets", res.Targets, "profile", res.PrimaryProfile, "priority", req.Priority)
+	d.logger.Debug("request scheduled", "requestID", req.RequestID, "xRequestID", req.XRequestID, "model", req.TargetModel,
+		"modelRewrite", res.ModelRewrite, "targets", res.Targets, "profile", res.PrimaryProfile, "priority", req.Priority)
 	return res, nil
 }
 
@@ -355,7 +381,7 @@ func (d *Director) Saturated(candidates []*framework.Endpoint) bool {
 // dropStale removes the candidates the metrics source called stale (stale[i] for candidates[i],
 // read with their metrics), unless all are [eppkit].
 func (d *Director) dropStale(candidates []*framework.Endpoint, stale []bool) []*framework.Endpoint {
-	if d.metrics == nil || (mutant.Enabled && mutant.On(mutant.StaleEndpointKept)) {
+	if d.metrics == nil {
 		return candidates
 	}
 	n := 0
@@ -480,6 +506,14 @@ func (d *Director) EndRequest(req *framework.LLMRequest) { d.rt.EndRequest(req) 
 
 // Now returns the director's clock time.
 func (d *Director) Now() time.Time { return d.clock.Now() }
+
+// nextRequestID returns a new EPP-internal request id: the Director's random prefix and a
+// sequence number, unique for the Director's life.
+func (d *Director) nextRequestID() string {
+	var buf [24]byte
+	b := append(buf[:0], d.idPrefix...)
+	return string(strconv.AppendUint(b, d.seq.Add(1), 36))
+}
 
 // newUUID returns a random (version 4) UUID in its canonical text form.
 func newUUID() string {

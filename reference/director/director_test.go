@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -60,20 +61,26 @@ func newDirector(t *testing.T, src *source, ms *metricsSource, clk *clocktesting
 
 func TestStatusFor(t *testing.T) {
 	cases := []struct {
-		err  error
-		want int
+		err    error
+		want   int
+		reason string
 	}{
-		{nil, http.StatusOK},
-		{fmt.Errorf("x: %w", framework.ErrBadRequest), 400},
-		{fmt.Errorf("x: %w", framework.ErrShed), 429},
-		{fmt.Errorf("x: %w", framework.ErrNoEndpoints), 503},
-		{fmt.Errorf("x: %w", framework.ErrInternal), 500},
-		{errors.New("plain"), 500},
-		{context.DeadlineExceeded, 500},
+		{nil, http.StatusOK, ""},
+		{fmt.Errorf("x: %w", framework.ErrBadRequest), 400, "bad-request"},
+		{fmt.Errorf("x: %w", framework.ErrShed), 429, "shed"},
+		{fmt.Errorf("x: %w", framework.ErrFilteredOut), 429, "filtered-out"},
+		{fmt.Errorf("x: %w", framework.ErrNoEndpoints), 503, "no-endpoints"},
+		{fmt.Errorf("x: %w", framework.ErrEmptySubset), 503, "empty-subset"},
+		{fmt.Errorf("x: %w", framework.ErrInternal), 500, "internal"},
+		{errors.New("plain"), 500, "internal"},
+		{context.DeadlineExceeded, 500, "internal"},
 	}
 	for _, tc := range cases {
 		if got := director.StatusFor(tc.err); got != tc.want {
 			t.Errorf("StatusFor(%v) = %d, want %d", tc.err, got, tc.want)
+		}
+		if got := director.ReasonFor(tc.err); got != tc.reason {
+			t.Errorf("ReasonFor(%v) = %q, want %q", tc.err, got, tc.reason)
 		}
 	}
 	code, body := director.ErrorJSON(fmt.Errorf("no: %w", framework.ErrShed))
@@ -172,8 +179,8 @@ func TestRequestBuilding(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.EndRequest(res.Request)
-	if !res.RequestIDGenerated || len(res.Request.RequestID) != 36 {
-		t.Fatalf("request ID %q generated=%v", res.Request.RequestID, res.RequestIDGenerated)
+	if !res.RequestIDGenerated || len(res.Request.XRequestID) != 36 || res.Request.RequestID == "" || res.Request.RequestID == res.Request.XRequestID {
+		t.Fatalf("x-request-id %q generated=%v, internal id %q", res.Request.XRequestID, res.RequestIDGenerated, res.Request.RequestID)
 	}
 	if res.Request.Priority != 7 || res.Request.TargetModel != "lora-a" || res.IncomingModel != "base" || !res.BodyMutated {
 		t.Fatalf("request %+v result %+v", res.Request, res)
@@ -189,71 +196,262 @@ func TestRequestBuilding(t *testing.T) {
 
 func TestParseBody(t *testing.T) {
 	cases := []struct {
-		api, body string
-		wantErr   string
-		prompt    string
+		api     framework.API
+		body    string
+		wantErr string // the field the 400 names
+		check   func(*director.ParsedBody) string
 	}{
-		{"", `{"model":"m","prompt":"a"}`, "", "a"},
-		{"", `{"model":"m","prompt":["a","b"]}`, "", "a b"},
-		{"completions", `{"model":"m","prompt":[]}`, `"prompt"`, ""},
-		{"completions", `{"model":"m","prompt":""}`, `"prompt"`, ""},
-		{"completions", `{"model":"m","prompt":5}`, `"prompt"`, ""},
-		{"", `{"model":"m","messages":[{"role":"user","content":"x"}]}`, "", ""},
-		{"chat/completions", `{"model":"m","messages":[{"content":"x"}]}`, `messages[0].role`, ""},
-		{"chat/completions", `{"model":"m","messages":{}}`, `"messages"`, ""},
-		{"", `{"model":"","prompt":"a"}`, `"model"`, ""},
-		{"", `{"model":null,"prompt":"a"}`, `"model"`, ""},
-		{"", `{"model":"m","prompt":"a","stream":"yes"}`, `"stream"`, ""},
-		{"", `{"model":"m","prompt":"a"} {}`, "trailing", ""},
-		{"", `  `, "JSON object", ""},
-		{"", `{"model":"m","prompt":"a","cache_salt":1}`, `"cache_salt"`, ""},
+		{"", `{"model":"m","prompt":"a"}`, "", prompt("a")},
+		{"", `{"model":"m","prompt":["a","b"]}`, "", prompt("a b")},
+		{"completions", `{"model":"m","prompt":[101, 2023, 0, 4294967295]}`, "", ids(101, 2023, 0, 4294967295)},
+		{"completions", `{"model":"m","prompt":[[1,2],[3]]}`, "", ids(1, 2, 3)},
+		{"completions", `{"model":"m","prompt":[]}`, `"prompt"`, nil},
+		{"completions", `{"model":"m","prompt":""}`, `"prompt"`, nil},
+		{"completions", `{"model":"m","prompt":5}`, `"prompt"`, nil},
+		{"completions", `{"model":"m","prompt":["a",1]}`, `"prompt[1]"`, nil},
+		{"completions", `{"model":"m","prompt":[1,"a"]}`, `"prompt[1]"`, nil},
+		{"completions", `{"model":"m","prompt":[1,-2]}`, `"prompt[1]"`, nil},
+		{"completions", `{"model":"m","prompt":[1,2.5]}`, `"prompt[1]"`, nil},
+		{"completions", `{"model":"m","prompt":[4294967296]}`, `"prompt[0]"`, nil},
+		{"completions", `{"model":"m","prompt":[[1],[]]}`, `"prompt[1]"`, nil},
+		{"completions", `{"model":"m","prompt":[[1],[2,"x"]]}`, `"prompt[1][1]"`, nil},
+		{"completions", `{"model":"m","prompt":[[1],2]}`, `"prompt[1]"`, nil},
+		{"completions", `{"model":"m","prompt":[{}]}`, `"prompt[0]"`, nil},
+		{"embeddings", `{"model":"m","input":"hello"}`, "", func(p *director.ParsedBody) string {
+			return want(p.Body.Embeddings != nil && p.Body.Embeddings.Input == "hello", "embeddings input")
+		}},
+		{"embeddings", `{"model":"m","input":[[5,6],[7]]}`, "", func(p *director.ParsedBody) string {
+			return want(p.Body.Embeddings != nil && slices.Equal(p.Body.Embeddings.TokenIDs, []uint32{5, 6, 7}), "embeddings ids")
+		}},
+		{"embeddings", `{"model":"m","prompt":"x"}`, `"input" is required for embeddings`, nil},
+		{"embeddings", `{"model":"m","input":{}}`, `"input"`, nil},
+		{"", `{"model":"m","messages":[{"role":"user","content":"x"}]}`, "", nil},
+		{"chat/completions", `{"model":"m","messages":[{"content":"x"}]}`, `messages[0].role`, nil},
+		{"chat/completions", `{"model":"m","messages":{}}`, `"messages"`, nil},
+		{"chat/completions", `{"model":"m","messages":[]}`, `"messages" must not be empty`, nil},
+		{"chat/completions", `{"model":"m","messages":[1]}`, `"messages[0]"`, nil},
+		{"chat/completions", `{"model":"m","messages":[{"role":"user","content":7}]}`, `"messages[0].content"`, nil},
+		{"chat/completions", `{"model":"m","messages":[{"role":"user","content":[{"text":"x"}]}]}`, `"messages[0].content[0].type"`, nil},
+		{"chat/completions", `{"model":"m","messages":[{"role":"user","content":["x"]}]}`, `"messages[0].content[0]"`, nil},
+		{"chat/completions", `{"model":"m","messages":[{"role":"assistant","tool_calls":{}}]}`, `"messages[0].tool_calls"`, nil},
+		{"chat/completions", `{"model":"m","messages":[{"role":"tool","content":"x","tool_call_id":3}]}`, `"messages[0].tool_call_id"`, nil},
+		{"chat/completions", `{"model":"m","messages":[{"role":"user","content":"x"}],"tools":{}}`, `"tools"`, nil},
+		{"chat/completions", `{"model":"m","messages":[{"role":"user","content":"x"}],"chat_template":5}`, `chat_template`, nil},
+		{"chat/completions", `{"model":"m","tools":[{"type":"function"}],"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"u"}}]},` +
+			`{"role":"assistant","tool_calls":[{"id":"c"}]},{"role":"tool","tool_call_id":"c","content":"r"}]}`, "", func(p *director.ParsedBody) string {
+			c := p.Body.ChatCompletions
+			return want(c != nil && len(c.Tools) == 1 && len(c.Messages) == 3 && len(c.Messages[1].ToolCalls) == 1 && c.Messages[2].ToolCallID == "c", "chat tools")
+		}},
+		{"messages", `{"model":"m","max_tokens":5,"system":"be brief","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]}`, "", func(p *director.ParsedBody) string {
+			m := p.Body.Messages
+			return want(m != nil && m.System == "be brief" && len(m.Messages) == 1, "anthropic")
+		}},
+		{"messages", `{"model":"m","messages":[{"role":"user"}]}`, `"messages[0].content" is required`, nil},
+		{"messages", `{"model":"m","system":3,"messages":[{"role":"user","content":"x"}]}`, `"system"`, nil},
+		{"messages", `{"model":"m","system":[{"type":"text","text":"s"}],"messages":[{"role":"user","content":"x"}],"tools":[{"name":"t"}]}`, "", nil},
+		{"messages", `{"model":"m","input":"x"}`, `"messages" is required for messages`, nil},
+		{"responses", `{"model":"m","input":"hi","instructions":"sys"}`, "", func(p *director.ParsedBody) string {
+			r := p.Body.Responses
+			return want(r != nil && r.Input == "hi" && r.Instructions == "sys", "responses")
+		}},
+		{"responses", `{"model":"m","input":[{"role":"user","content":[{"type":"input_text","text":"q"}]},{"type":"function_call_output","call_id":"c","output":"o"}]}`, "", nil},
+		{"responses", `{"model":"m","input":""}`, `"input"`, nil},
+		{"responses", `{"model":"m","input":[]}`, `"input"`, nil},
+		{"responses", `{"model":"m","input":[3]}`, `"input[0]"`, nil},
+		{"responses", `{"model":"m","input":[{"type":5}]}`, `"input[0].type"`, nil},
+		{"responses", `{"model":"m","input":[{"role":"user","content":[{"text":"q"}]}]}`, `"input[0].content[0].type"`, nil},
+		{"responses", `{"model":"m","input":"x","instructions":["a"]}`, `"instructions"`, nil},
+		{"responses", `{"model":"m","input":"x","tools":"t"}`, `"tools"`, nil},
+		{"other", `{"model":"m","anything":[1,{"x":2}]}`, "", func(p *director.ParsedBody) string {
+			return want(p.API == director.APIOther && p.Body.Completions == nil && p.Body.ChatCompletions == nil, "other")
+		}},
+		{"other", `{"prompt":"x"}`, `"model"`, nil},
+		{"", `{"model":"","prompt":"a"}`, `"model"`, nil},
+		{"", `{"model":null,"prompt":"a"}`, `"model"`, nil},
+		{"", `{"model":"m","prompt":"a","stream":"yes"}`, `"stream"`, nil},
+		{"", `{"model":"m","prompt":"a"} {}`, "trailing", nil},
+		{"", `  `, "JSON object", nil},
+		{"", `{"model":"m","prompt":"a","cache_salt":1}`, `"cache_salt"`, nil},
 	}
 	for _, tc := range cases {
 		p, err := director.ParseBody(tc.api, []byte(tc.body))
 		if tc.wantErr != "" {
 			if err == nil || !errors.Is(err, framework.ErrBadRequest) || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Errorf("ParseBody(%s) err %v, want ErrBadRequest naming %s", tc.body, err, tc.wantErr)
+				t.Errorf("ParseBody(%s, %s) err %v, want ErrBadRequest naming %s", tc.api, tc.body, err, tc.wantErr)
 			}
 			continue
 		}
 		if err != nil {
-			t.Errorf("ParseBody(%s): %v", tc.body, err)
+			t.Errorf("ParseBody(%s, %s): %v", tc.api, tc.body, err)
 			continue
 		}
-		if tc.prompt != "" && p.Body.Completions.Prompt != tc.prompt {
-			t.Errorf("ParseBody(%s) prompt %q, want %q", tc.body, p.Body.Completions.Prompt, tc.prompt)
+		if tc.check != nil {
+			if msg := tc.check(p); msg != "" {
+				t.Errorf("ParseBody(%s, %s): %s: parsed %+v", tc.api, tc.body, msg, p.Body)
+			}
 		}
 	}
 }
 
-// FuzzParseBody: ParseBody never panics; it either accepts with a non-empty model and exactly one
-// body kind, or refuses with ErrBadRequest; an accepted body re-encoded with another model parses
-// again to the same request with the new model.
+func prompt(s string) func(*director.ParsedBody) string {
+	return func(p *director.ParsedBody) string {
+		return want(p.Body.Completions != nil && p.Body.Completions.Prompt == s && p.Body.Completions.TokenIDs == nil, "prompt "+s)
+	}
+}
+
+func ids(v ...uint32) func(*director.ParsedBody) string {
+	return func(p *director.ParsedBody) string {
+		return want(p.Body.Completions != nil && p.Body.Completions.Prompt == "" && slices.Equal(p.Body.Completions.TokenIDs, v),
+			fmt.Sprintf("token ids %v", v))
+	}
+}
+
+func want(ok bool, what string) string {
+	if ok {
+		return ""
+	}
+	return "want " + what
+}
+
+func TestAPIFromPath(t *testing.T) {
+	for path, want := range map[string]framework.API{
+		"/v1/completions": director.APICompletions, "/v1/chat/completions?x=1": director.APIChatCompletions,
+		"/v1/embeddings": director.APIEmbeddings, "/v1/messages": director.APIMessages, "/v1/responses/": director.APIResponses,
+		"/v1/projects/p/locations/l/endpoints/openapi/chat/completions": director.APIChatCompletions,
+		"/v1/rerank": director.APIOther, "/": director.APIOther, "": "",
+	} {
+		if got := director.APIFromPath(path); got != want {
+			t.Errorf("APIFromPath(%q) = %q, want %q", path, got, want)
+		}
+	}
+}
+
+// FuzzParseBody: ParseBody never panics; it either accepts with a non-empty model and the body
+// field of its API (and only that one) set, or refuses with ErrBadRequest; an accepted body
+// re-encoded with another model parses again to the same request with the new model.
 func FuzzParseBody(f *testing.F) {
 	f.Add("", []byte(`{"model":"m","prompt":"hello"}`))
 	f.Add("chat/completions", []byte(`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"x"}]}]}`))
 	f.Add("completions", []byte(`{"model":"m","prompt":["a","b"],"cache_salt":"s","stream":true}`))
+	f.Add("completions", []byte(`{"model":"m","prompt":[[1,2],[3]]}`))
+	f.Add("embeddings", []byte(`{"model":"m","input":[1,2,3]}`))
+	f.Add("messages", []byte(`{"model":"m","system":[{"type":"text","text":"s"}],"messages":[{"role":"user","content":"x"}]}`))
+	f.Add("responses", []byte(`{"model":"m","input":[{"role":"user","content":[{"type":"input_text","text":"q"}]}],"instructions":"i"}`))
+	f.Add("other", []byte(`{"model":"m","x":[]}`))
 	f.Fuzz(func(t *testing.T, api string, body []byte) {
-		p, err := director.ParseBody(api, body)
+		p, err := director.ParseBody(framework.API(api), body)
 		if err != nil {
 			if !errors.Is(err, framework.ErrBadRequest) {
 				t.Fatalf("error %v does not wrap ErrBadRequest", err)
 			}
 			return
 		}
-		if p.Model == "" || p.Body == nil || (p.Body.Completions == nil) == (p.Body.ChatCompletions == nil) {
+		set := 0
+		b := p.Body
+		for _, v := range []bool{b.Completions != nil, b.ChatCompletions != nil, b.Embeddings != nil, b.Messages != nil, b.Responses != nil} {
+			if v {
+				set++
+			}
+		}
+		if p.Model == "" || b.API != p.API || set != map[bool]int{true: 0, false: 1}[p.API == director.APIOther] {
 			t.Fatalf("accepted body %q parsed to %+v", body, p)
 		}
-		b, err := p.WithModel("rewritten")
+		// A text prompt or token ids, never both; an empty text comes only from a list of empty
+		// strings (accepted, as upstream v1.5.0 accepts it), and token ids are never an empty list.
+		if c := b.Completions; c != nil && ((c.Prompt != "" && c.TokenIDs != nil) || (c.TokenIDs != nil && len(c.TokenIDs) == 0)) {
+			t.Fatalf("completions %q: want a text prompt or a non-empty list of token ids: %+v", body, c)
+		}
+		re, err := p.WithModel("rewritten")
 		if err != nil {
 			t.Fatal(err)
 		}
-		q, err := director.ParseBody(p.API, b)
+		q, err := director.ParseBody(p.API, re)
 		if err != nil {
-			t.Fatalf("re-encoded body %q no longer parses: %v", b, err)
+			t.Fatalf("re-encoded body %q no longer parses: %v", re, err)
 		}
 		if q.Model != "rewritten" || !cmp.Equal(p.Body, q.Body) {
 			t.Fatalf("re-encoding changed the request: %+v vs %+v", p.Body, q.Body)
 		}
 	})
+}
+
+// TestDuplicateRequestIDsIsolated: two requests with the same x-request-id get distinct
+// EPP-internal ids (SPEC §9.2), so one's plugin state survives the other's end (GIE #1489).
+func TestDuplicateRequestIDsIsolated(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1_800_000_000, 0))
+	src := &source{eps: []*framework.EndpointMetadata{ep(1)}}
+	d := newDirector(t, src, &metricsSource{m: map[string]*framework.Metrics{ep(1).Key(): {UpdateTime: clk.Now()}}}, clk)
+	in := &director.Input{Headers: map[string]string{"x-request-id": "same"}, Body: []byte(`{"model":"m","prompt":"p"}`)}
+	a, err := d.HandleRequest(context.Background(), in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := d.HandleRequest(context.Background(), in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Request.RequestID == b.Request.RequestID || a.Request.XRequestID != "same" || b.Request.XRequestID != "same" || a.RequestIDGenerated {
+		t.Fatalf("ids: %q/%q and %q/%q", a.Request.RequestID, a.Request.XRequestID, b.Request.RequestID, b.Request.XRequestID)
+	}
+	ps := d.Runtime().PluginState()
+	ps.Write(a.Request.RequestID, "k", "a")
+	ps.Write(b.Request.RequestID, "k", "b")
+	d.EndRequest(a.Request)
+	if v, ok := ps.Read(b.Request.RequestID, "k"); !ok || v != "b" {
+		t.Fatalf("ending one request removed the other's state: %v %v", v, ok)
+	}
+	if _, ok := ps.Read(a.Request.RequestID, "k"); ok {
+		t.Fatalf("the ended request's state is still there")
+	}
+	d.EndRequest(b.Request)
+}
+
+type fixedRewriter map[string]string
+
+func (f fixedRewriter) Rewrite(model string) (string, string, bool) {
+	t, ok := f[model]
+	return t, "rw-" + model, ok
+}
+
+// TestModelRewritePrecedence (SPEC §9.4): the x-gateway-model-name-rewrite header wins over a
+// rewrite rule, a rule over the model as sent; the body is re-encoded with the target, which is
+// the model the request is scheduled (and prefix-hashed) with.
+func TestModelRewritePrecedence(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1_800_000_000, 0))
+	src := &source{eps: []*framework.EndpointMetadata{ep(1)}}
+	reg := framework.NewRegistry()
+	plugins.RegisterAll(reg)
+	rt, err := framework.NewRuntime(nil, reg, framework.RuntimeOptions{Clock: clk, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := director.New(director.Options{Runtime: rt, Endpoints: src, Clock: clk, Logger: slog.New(slog.DiscardHandler),
+		Metrics:       &metricsSource{m: map[string]*framework.Metrics{ep(1).Key(): {UpdateTime: clk.Now()}}},
+		ModelRewrites: fixedRewriter{"alias": "lora-a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		model, header, want, rewrite string
+	}{
+		{"alias", "", "lora-a", "rw-alias"},
+		{"alias", "lora-b", "lora-b", ""},
+		{"base", "", "base", ""},
+	} {
+		h := map[string]string{":path": "/v1/completions"}
+		if tc.header != "" {
+			h["x-gateway-model-name-rewrite"] = tc.header
+		}
+		res, err := d.HandleRequest(context.Background(), &director.Input{Headers: h, Body: []byte(`{"model":"` + tc.model + `","prompt":"p"}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body map[string]any
+		_ = json.Unmarshal(res.Body, &body)
+		if res.Request.TargetModel != tc.want || body["model"] != tc.want || res.ModelRewrite != tc.rewrite || res.BodyMutated != (tc.want != tc.model) {
+			t.Errorf("model %q header %q: target %q, body model %v, rewrite %q, mutated %v; want %q from %q",
+				tc.model, tc.header, res.Request.TargetModel, body["model"], res.ModelRewrite, res.BodyMutated, tc.want, tc.rewrite)
+		}
+		d.EndRequest(res.Request)
+	}
 }

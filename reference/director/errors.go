@@ -6,7 +6,6 @@ import (
 	"errors"
 	"net/http"
 
-	"github.com/eppkit/eppkit/internal/mutant"
 	"github.com/eppkit/eppkit/reference/framework"
 )
 
@@ -31,10 +30,6 @@ func StatusFor(err error) int {
 	}
 	for _, row := range statusTable {
 		if errors.Is(err, row.err) {
-			if mutant.Enabled && (mutant.On(mutant.NoEndpoints500) && row.err == framework.ErrNoEndpoints ||
-				mutant.On(mutant.BadRequest500) && row.err == framework.ErrBadRequest) {
-				return http.StatusInternalServerError
-			}
 			return row.status
 		}
 	}
@@ -54,6 +49,39 @@ func CodeFor(err error) string {
 		}
 	}
 	return "Internal"
+}
+
+// Refusal reasons, the value of the x-eppkit-reason header of every ImmediateResponse (SPEC §9.3):
+// the cause of SPEC §5.3 in one word.
+const (
+	ReasonBadRequest  = "bad-request"
+	ReasonShed        = "shed"
+	ReasonFilteredOut = "filtered-out"
+	ReasonNoEndpoints = "no-endpoints"
+	ReasonEmptySubset = "empty-subset"
+	ReasonInternal    = "internal"
+)
+
+// ReasonFor returns the refusal reason of a request-flow error (SPEC §9.3): bad-request
+// (ErrBadRequest), filtered-out (framework.ErrFilteredOut), shed (any other ErrShed: saturated
+// pool, admitter), empty-subset (framework.ErrEmptySubset), no-endpoints (any other
+// ErrNoEndpoints), internal (anything else). nil is "".
+func ReasonFor(err error) string {
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, framework.ErrBadRequest):
+		return ReasonBadRequest
+	case errors.Is(err, framework.ErrFilteredOut):
+		return ReasonFilteredOut
+	case errors.Is(err, framework.ErrShed):
+		return ReasonShed
+	case errors.Is(err, framework.ErrEmptySubset):
+		return ReasonEmptySubset
+	case errors.Is(err, framework.ErrNoEndpoints):
+		return ReasonNoEndpoints
+	}
+	return ReasonInternal
 }
 
 // ErrorBody is the JSON body of a refusal, in the OpenAI error shape:

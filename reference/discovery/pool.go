@@ -25,8 +25,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/eppkit/eppkit/internal/mutant"
 	"github.com/eppkit/eppkit/reference/framework"
+	"github.com/eppkit/eppkit/reference/modelrewrite"
 	giev1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
 	giev1alpha2 "sigs.k8s.io/gateway-api-inference-extension/apix/v1alpha2"
 )
@@ -41,10 +41,15 @@ type PoolConfig struct {
 	Group string
 	// Logger receives pool, pod and objective changes; default: discard.
 	Logger *slog.Logger
+	// ModelRewrites, when set, receives the InferenceModelRewrites that reference the pool
+	// (SPEC §9.4): each one is Set under its name with its creation timestamp while it references
+	// the pool, and Deleted when it is deleted or points elsewhere. nil: rewrites are not watched.
+	ModelRewrites *modelrewrite.Store
 }
 
-// InferencePoolSource discovers endpoints from an InferencePool and its pods, and priorities from
-// the InferenceObjectives that reference the pool, through controller-runtime informers
+// InferencePoolSource discovers endpoints from an InferencePool and its pods, priorities from the
+// InferenceObjectives that reference the pool, and (PoolConfig.ModelRewrites) the
+// InferenceModelRewrites that reference it, through controller-runtime informers
 // restricted to the pool's namespace. Every pod, pool or objective event recomputes the endpoint
 // set with PoolEndpoints at once, so a pod that stops being Ready, starts terminating or is
 // deleted leaves in the same event.
@@ -70,7 +75,8 @@ type objective struct {
 
 var _ Source = (*InferencePoolSource)(nil)
 
-// Scheme returns a runtime.Scheme with core v1, InferencePool v1 and InferenceObjective v1alpha2.
+// Scheme returns a runtime.Scheme with core v1, InferencePool v1, and InferenceObjective and
+// InferenceModelRewrite v1alpha2.
 func Scheme() (*runtime.Scheme, error) {
 	s := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, giev1.Install, giev1alpha2.Install} {
@@ -105,6 +111,21 @@ func NewInferencePool(cfg PoolConfig) (*InferencePoolSource, error) {
 		return nil, fmt.Errorf("pool discovery: informer cache: %w", err)
 	}
 	return newInferencePool(cfg, c), nil
+}
+
+// NewInferencePoolOn is NewInferencePool on an informer set the caller built: a controller-runtime
+// cache restricted to cfg.Namespace whose scheme is Scheme(), shared with other controllers or
+// decorated (eppkit's mutant builds wrap its event handlers). cfg.RestConfig is not used. The
+// source starts inf in Start. Errors: those of NewInferencePool's validation, or inf nil.
+func NewInferencePoolOn(cfg PoolConfig, inf ctrlcache.Informers) (*InferencePoolSource, error) {
+	if inf == nil {
+		return nil, errors.New("pool discovery: an informer set is required")
+	}
+	if err := validatePoolConfig(&cfg); err != nil {
+		return nil, err
+	}
+	setControllerRuntimeLogger(cfg.Logger)
+	return newInferencePool(cfg, inf), nil
 }
 
 var ctrlLogOnce sync.Once
@@ -169,8 +190,9 @@ func (s *InferencePoolSource) poolObject() client.Object {
 
 // Start registers the pool, pod and objective informers and starts them; it returns once they
 // are registered. Synced turns true when the informers have listed everything and the pool has
-// been seen. A missing InferenceObjective API is logged and tolerated (no priorities); a missing
-// InferencePool API is an error. A second call is an error.
+// been seen. A missing InferenceObjective API is logged and tolerated (no priorities), and so is
+// a missing InferenceModelRewrite API (no rewrites); a missing InferencePool API is an error. A
+// second call is an error.
 func (s *InferencePoolSource) Start(ctx context.Context) error {
 	if !s.started.CompareAndSwap(false, true) {
 		return errors.New("pool discovery: already started")
@@ -198,6 +220,19 @@ func (s *InferencePoolSource) Start(ctx context.Context) error {
 	default:
 		if _, err := objInf.AddEventHandler(s.handler(s.onObjective)); err != nil {
 			return fmt.Errorf("pool discovery: InferenceObjective handler: %w", err)
+		}
+	}
+	if s.cfg.ModelRewrites != nil {
+		rwInf, err := s.informers.GetInformer(ctx, &giev1alpha2.InferenceModelRewrite{})
+		switch {
+		case meta.IsNoMatchError(err):
+			s.log.Warn("InferenceModelRewrite API not served; no model rewrites", "error", err)
+		case err != nil:
+			return fmt.Errorf("pool discovery: watch InferenceModelRewrite: %w", err)
+		default:
+			if _, err := rwInf.AddEventHandler(s.handler(s.onModelRewrite)); err != nil {
+				return fmt.Errorf("pool discovery: InferenceModelRewrite handler: %w", err)
+			}
 		}
 	}
 	go func() {
@@ -266,10 +301,6 @@ func (s *InferencePoolSource) onPod(obj any, deleted bool) {
 		return
 	}
 	s.mu.Lock()
-	if mutant.Enabled && mutant.On(mutant.RemovedEndpointKept) && (deleted || pod.DeletionTimestamp != nil) {
-		s.mu.Unlock()
-		return // the Pod's deletion (graceful or not) is never applied
-	}
 	if deleted {
 		delete(s.pods, pod.Name)
 	} else {
@@ -302,6 +333,35 @@ func (s *InferencePoolSource) onObjective(obj any, deleted bool) {
 		p = *o.Spec.Priority
 	}
 	s.objectives[o.Name] = objective{priority: p}
+}
+
+// onModelRewrite keeps the InferenceModelRewrites whose spec.poolRef names this pool and group
+// (upstream v1.5.0 pkg/epp/controller/inferencemodelrewrite_reconciler.go; an empty group is the
+// CRD default) in the model rewrite store; a rewrite whose rules the store refuses is logged
+// with the field and holds no rules.
+func (s *InferencePoolSource) onModelRewrite(obj any, deleted bool) {
+	o, ok := obj.(*giev1alpha2.InferenceModelRewrite)
+	if !ok || o.Namespace != s.cfg.Namespace {
+		return
+	}
+	ref := o.Spec.PoolRef
+	keep := !deleted && o.DeletionTimestamp == nil && ref != nil && string(ref.Name) == s.cfg.Name
+	if keep {
+		group := string(ref.Group)
+		if group == "" {
+			group = GroupV1
+		}
+		keep = group == s.cfg.Group
+	}
+	if !keep {
+		s.cfg.ModelRewrites.Delete(o.Name)
+		return
+	}
+	if err := s.cfg.ModelRewrites.Set(o.Name, o.CreationTimestamp.Time, &o.Spec); err != nil {
+		s.log.Error("InferenceModelRewrite refused; its rules do not apply", "name", o.Name, "error", err)
+		return
+	}
+	s.log.Info("InferenceModelRewrite", "name", o.Name, "rules", len(o.Spec.Rules))
 }
 
 // recompute derives the endpoint set from the current pool and pods and publishes changes.

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllertest"
 
 	"github.com/eppkit/eppkit/reference/framework"
+	"github.com/eppkit/eppkit/reference/modelrewrite"
 	giev1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
 	giev1alpha2 "sigs.k8s.io/gateway-api-inference-extension/apix/v1alpha2"
 )
@@ -53,27 +54,34 @@ func (r *recorder) take() []change {
 }
 
 type poolHarness struct {
-	t       *testing.T
-	src     *InferencePoolSource
-	pool    *controllertest.FakeInformer
-	pods    *controllertest.FakeInformer
-	objs    *controllertest.FakeInformer
-	rec     *recorder
-	curPool *giev1.InferencePool
+	t    *testing.T
+	src  *InferencePoolSource
+	pool *controllertest.FakeInformer
+	pods *controllertest.FakeInformer
+	objs *controllertest.FakeInformer
+	// rewrites is the InferenceModelRewrite informer (startPoolSourceWith a store only).
+	rewrites *controllertest.FakeInformer
+	rec      *recorder
+	curPool  *giev1.InferencePool
 }
 
 func startPoolSource(t *testing.T, group string) *poolHarness {
+	t.Helper()
+	return startPoolSourceWith(t, group, nil)
+}
+
+func startPoolSourceWith(t *testing.T, group string, rewrites *modelrewrite.Store) *poolHarness {
 	t.Helper()
 	sc, err := Scheme()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := PoolConfig{RestConfig: &rest.Config{}, Name: "pool", Namespace: ns, Group: group}
-	if err := validatePoolConfig(&cfg); err != nil {
+	cfg := PoolConfig{Name: "pool", Namespace: ns, Group: group, ModelRewrites: rewrites}
+	inf := &informertest.FakeInformers{Scheme: sc}
+	src, err := NewInferencePoolOn(cfg, inf)
+	if err != nil {
 		t.Fatal(err)
 	}
-	inf := &informertest.FakeInformers{Scheme: sc}
-	src := newInferencePool(cfg, inf)
 	h := &poolHarness{t: t, src: src, rec: &recorder{}}
 	src.Subscribe(h.rec.fn)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -96,6 +104,8 @@ func startPoolSource(t *testing.T, group string) *poolHarness {
 			fi, err = inf.FakeInformerFor(ctx, o)
 		case *giev1alpha2.InferenceObjective:
 			fi, err = inf.FakeInformerFor(ctx, o)
+		case *giev1alpha2.InferenceModelRewrite:
+			fi, err = inf.FakeInformerFor(ctx, o)
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -105,6 +115,9 @@ func startPoolSource(t *testing.T, group string) *poolHarness {
 	h.pool = get(src.poolObject())
 	h.pods = get(&corev1.Pod{})
 	h.objs = get(&giev1alpha2.InferenceObjective{})
+	if rewrites != nil {
+		h.rewrites = get(&giev1alpha2.InferenceModelRewrite{})
+	}
 	return h
 }
 
@@ -316,6 +329,54 @@ func TestInferencePoolSourceObjectives(t *testing.T) {
 	}
 }
 
+// TestInferencePoolSourceModelRewrites: the InferenceModelRewrites of the pool (its name and
+// group, in its namespace) reach the store with their creation time; others, deleted ones and
+// ones re-pointed elsewhere do not; an invalid one holds no rules.
+func TestInferencePoolSourceModelRewrites(t *testing.T) {
+	store := modelrewrite.NewStore(1)
+	h := startPoolSourceWith(t, GroupV1, store)
+	rw := func(name, pool, group string, created int64, target string) *giev1alpha2.InferenceModelRewrite {
+		return &giev1alpha2.InferenceModelRewrite{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, CreationTimestamp: metav1.Unix(created, 0)},
+			Spec: giev1alpha2.InferenceModelRewriteSpec{
+				PoolRef: &giev1alpha2.PoolObjectReference{Name: giev1alpha2.ObjectName(pool), Group: giev1alpha2.Group(group)},
+				Rules: []giev1alpha2.InferenceModelRewriteRule{{
+					Matches: []giev1alpha2.Match{{Model: &giev1alpha2.ModelMatch{Value: "alias"}}},
+					Targets: []giev1alpha2.TargetModel{{ModelRewrite: target}},
+				}},
+			},
+		}
+	}
+	check := func(what, want string) {
+		t.Helper()
+		got, _, ok := store.Rewrite("alias")
+		if (want == "") == ok || got != want {
+			t.Fatalf("%s: Rewrite(alias) = %q, %v; want %q", what, got, ok, want)
+		}
+	}
+	newer := rw("newer", "pool", "", 20, "from-newer") // empty group: the CRD default
+	h.rewrites.Add(newer)
+	h.rewrites.Add(rw("elsewhere", "other-pool", GroupV1, 1, "from-elsewhere"))
+	h.rewrites.Add(rw("wronggroup", "pool", GroupV1Alpha2, 1, "from-wronggroup"))
+	foreign := rw("foreign", "pool", GroupV1, 1, "from-foreign")
+	foreign.Namespace = "other"
+	h.rewrites.Add(foreign)
+	check("one rewrite of the pool", "from-newer")
+	older := rw("older", "pool", GroupV1, 10, "from-older")
+	h.rewrites.Add(older)
+	check("the older rewrite wins", "from-older")
+	bad := older.DeepCopy()
+	bad.Spec.Rules[0].Targets = nil
+	h.rewrites.Update(older, bad)
+	check("an invalid update drops its rules", "from-newer")
+	h.rewrites.Update(bad, older)
+	moved := rw("older", "other-pool", GroupV1, 10, "from-older")
+	h.rewrites.Update(older, moved)
+	check("re-pointed to another pool", "from-newer")
+	h.rewrites.Delete(newer)
+	check("deleted", "")
+}
+
 func TestInferencePoolSourceV1Alpha2(t *testing.T) {
 	h := startPoolSource(t, GroupV1Alpha2)
 	h.pods.Add(mkPod("a", "10.0.0.1"))
@@ -364,6 +425,12 @@ func TestNewInferencePoolValidation(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 			t.Errorf("NewInferencePool(%+v) error = %v, want %q", tc.cfg, err, tc.wantErr)
 		}
+	}
+	if _, err := NewInferencePoolOn(PoolConfig{Name: "p", Namespace: "n"}, nil); err == nil || !strings.Contains(err.Error(), "informer set is required") {
+		t.Errorf("NewInferencePoolOn without informers: error = %v", err)
+	}
+	if _, err := NewInferencePoolOn(PoolConfig{Name: "P_bad", Namespace: "n"}, &informertest.FakeInformers{}); err == nil || !strings.Contains(err.Error(), `pool name "P_bad"`) {
+		t.Errorf("NewInferencePoolOn with a bad name: error = %v", err)
 	}
 	// A valid config builds a cache without contacting the API server.
 	src, err := NewInferencePool(PoolConfig{RestConfig: &rest.Config{Host: "https://127.0.0.1:1"}, Name: "p", Namespace: "n"})

@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/eppkit/eppkit/internal/mutant"
 	"github.com/eppkit/eppkit/reference/framework"
 	giev1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
 )
@@ -76,9 +75,6 @@ func IsPodReady(pod *corev1.Pod) bool {
 	if pod.DeletionTimestamp != nil {
 		return false
 	}
-	if mutant.Enabled && mutant.On(mutant.NotReadyPicked) {
-		return true
-	}
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodReady {
 			return c.Status == corev1.ConditionTrue
@@ -116,9 +112,6 @@ func PoolEndpoints(pool PoolSpec, pods []*corev1.Pod) map[string]*framework.Endp
 		active := activePorts(pod)
 		for idx, port := range pool.TargetPorts {
 			if port < 1 || port > 65535 {
-				continue
-			}
-			if mutant.Enabled && mutant.On(mutant.RanksBeyondFirstDropped) && idx > 0 {
 				continue
 			}
 			if active != nil {

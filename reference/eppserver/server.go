@@ -83,6 +83,9 @@ type Options struct {
 	Discovery Discovery
 	// Collector is the metrics source; nil means no endpoint metrics.
 	Collector Collector
+	// ModelRewrites holds the pool's model rewrite rules (reference/modelrewrite.Store: from
+	// --model-rewrites, or the InferenceModelRewrites discovery watches); nil means none.
+	ModelRewrites director.ModelRewriter
 	// GRPCAddr is the ext_proc listen address, e.g. ":9002" (port 0 picks a free port).
 	GRPCAddr string
 	// HealthAddr is the gRPC health listen address, e.g. ":9003"; "" serves health only on
@@ -177,7 +180,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		return nil, &ConfigError{Err: err}
 	}
 	s.runtime = rt
-	dOpts := director.Options{Runtime: rt, Endpoints: opts.Discovery, Logger: logger, Observer: obs}
+	dOpts := director.Options{Runtime: rt, Endpoints: opts.Discovery, Logger: logger, Observer: obs, ModelRewrites: opts.ModelRewrites}
 	if opts.Clock != nil {
 		dOpts.Clock = opts.Clock
 	}
@@ -377,12 +380,6 @@ func (s *Server) HealthAddr() net.Addr { return addrOf(s.healthLis) }
 
 // MetricsAddr is the metrics listener's address, nil when metrics are disabled.
 func (s *Server) MetricsAddr() net.Addr { return addrOf(s.metricsLis) }
-
-// Runtime returns the framework runtime.
-func (s *Server) Runtime() *framework.Runtime { return s.runtime }
-
-// Director returns the director.
-func (s *Server) Director() *director.Director { return s.director }
 
 func addrOf(l net.Listener) net.Addr {
 	if l == nil {

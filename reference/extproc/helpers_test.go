@@ -305,7 +305,9 @@ func (s *stream) recv() *extprocv3.ProcessingResponse {
 // routed is what the EPP answered to one request: the header mutation and dynamic metadata of
 // the request-headers response and the streamed body chunks.
 type routed struct {
-	immediate   *extprocv3.ImmediateResponse
+	immediate *extprocv3.ImmediateResponse
+	// reason is the immediate response's x-eppkit-reason header.
+	reason      string
 	setHeaders  map[string][]string
 	metadataDst string
 	chunks      [][]byte
@@ -319,6 +321,12 @@ func (s *stream) readRouting(withBody bool) routed {
 	r := s.recv()
 	if im := r.GetImmediateResponse(); im != nil {
 		out.immediate = im
+		for _, h := range im.GetHeaders().GetSetHeaders() {
+			mustOverwrite(s.t, h)
+			if h.GetHeader().GetKey() == extproc.ReasonHeader {
+				out.reason = string(h.GetHeader().GetRawValue())
+			}
+		}
 		return out
 	}
 	hr := r.GetRequestHeaders()
@@ -327,6 +335,7 @@ func (s *stream) readRouting(withBody bool) routed {
 	}
 	out.setHeaders = map[string][]string{}
 	for _, h := range hr.GetResponse().GetHeaderMutation().GetSetHeaders() {
+		mustOverwrite(s.t, h)
 		out.setHeaders[h.GetHeader().GetKey()] = append(out.setHeaders[h.GetHeader().GetKey()], string(h.GetHeader().GetRawValue()))
 	}
 	out.metadataDst = r.GetDynamicMetadata().GetFields()[extproc.DestinationEndpointNamespace].GetStructValue().
@@ -383,4 +392,15 @@ func servedMetadata(ep string) *corev3.Metadata {
 			extproc.DestinationEndpointServedKey: structpb.NewStringValue(ep),
 		}},
 	}}
+}
+
+// mustOverwrite fails the test unless the header mutation replaces any value the request already
+// carries (SPEC §9.3: append_action OVERWRITE_IF_EXISTS_OR_ADD, the deprecated append unset).
+func mustOverwrite(t *testing.T, h *corev3.HeaderValueOption) {
+	t.Helper()
+	// Released Envoy still honours the deprecated append field, so it must stay unset.
+	legacy := h.GetAppend() //lint:ignore SA1019 the deprecated field is what released Envoy reads
+	if h.GetAppendAction() != corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD || legacy != nil {
+		t.Errorf("header %s: append_action %v (append %v), want OVERWRITE_IF_EXISTS_OR_ADD", h.GetHeader().GetKey(), h.GetAppendAction(), legacy)
+	}
 }

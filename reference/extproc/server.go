@@ -30,7 +30,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/eppkit/eppkit/internal/mutant"
 	"github.com/eppkit/eppkit/reference/director"
 	"github.com/eppkit/eppkit/reference/framework"
 )
@@ -93,9 +92,6 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 			return status.Errorf(codes.Unknown, "ext_proc: receive: %v", err)
 		}
 		err = st.handle(msg)
-		if mutant.Enabled && err == nil && st.refused && (mutant.On(mutant.StreamClosedAfterRefuse) || mutant.On(mutant.RefusalBreaksStream)) {
-			return mutantEndAfterRefusal()
-		}
 		if err != nil {
 			var pe protocolError
 			if errors.As(err, &pe) {
@@ -121,8 +117,6 @@ type stream struct {
 	srv extprocv3.ExternalProcessor_ProcessServer
 	ctx context.Context
 	cur *request
-	// refused is set when the stream sent an ImmediateResponse (read only by mutant hooks).
-	refused bool
 }
 
 // request is the state of the request the stream is carrying.
@@ -244,22 +238,18 @@ func (st *stream) schedule() error {
 		}
 		code, body := director.ErrorJSON(err)
 		st.s.logger.Info("ext_proc: request refused", "status", code, "requestID", r.headers[director.HeaderRequestID], "error", err.Error())
-		st.refused = true
-		return st.srv.Send(immediateResponse(code, body, director.CodeFor(err)))
+		return st.srv.Send(immediateResponse(code, body, director.CodeFor(err), director.ReasonFor(err)))
 	}
 	r.res = res
 	dest := res.Destination()
 	set := []*corev3.HeaderValueOption{header(DestinationEndpointKey, dest)}
 	if res.Body != nil {
-		set = append(set, header("Content-Length", strconv.Itoa(len(res.Body)+mutantLengthDelta())))
+		set = append(set, header("Content-Length", strconv.Itoa(len(res.Body))))
 	}
-	if res.RequestIDGenerated && !(mutant.Enabled && mutant.On(mutant.RequestIDMissing)) {
-		set = append(set, header(director.HeaderRequestID, res.Request.RequestID))
+	if res.RequestIDGenerated {
+		set = append(set, header(director.HeaderRequestID, res.Request.XRequestID))
 	}
 	set = append(set, resultHeaders(res.Scheduling)...)
-	if mutant.Enabled && mutant.On(mutant.InputHeadersEchoed) && r.headers[director.HeaderObjective] != "" {
-		set = append(set, header(director.HeaderObjective, r.headers[director.HeaderObjective]))
-	}
 	hdrResp := &extprocv3.ProcessingResponse{
 		Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{
 			Response: &extprocv3.CommonResponse{
@@ -267,21 +257,18 @@ func (st *stream) schedule() error {
 				HeaderMutation:  &extprocv3.HeaderMutation{SetHeaders: set},
 			},
 		}},
-		DynamicMetadata: destinationMetadata(mutantMetadataDest(dest)),
+		DynamicMetadata: destinationMetadata(dest),
 	}
 	if err := st.srv.Send(hdrResp); err != nil {
 		return err
 	}
-	st.s.logger.Debug("ext_proc: request routed", "requestID", res.Request.RequestID, "destination", dest, "profile", res.PrimaryProfile)
+	st.s.logger.Debug("ext_proc: request routed", "requestID", res.Request.RequestID, "xRequestID", res.Request.XRequestID,
+		"destination", dest, "profile", res.PrimaryProfile)
 	if res.Body == nil && !bodyPhase {
 		return nil
 	}
 	// An empty body (a body phase with no bytes) is answered with one empty end_of_stream chunk.
-	limit := BodyChunkLimit
-	if mutant.Enabled && mutant.On(mutant.BodyNotChunked) {
-		limit = max(len(res.Body), 1)
-	}
-	for _, chunk := range chunks(res.Body, limit) {
+	for _, chunk := range chunks(res.Body, BodyChunkLimit) {
 		if err := st.srv.Send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
 			RequestBody: &extprocv3.BodyResponse{Response: streamedBody(chunk.data, chunk.last)}}}); err != nil {
 			return err
@@ -302,9 +289,9 @@ func (st *stream) responseHeaders(h *extprocv3.HttpHeaders) error {
 			served = r.res.Targets[0]
 		}
 		r.resp = &framework.Response{RequestID: r.res.Request.RequestID, Headers: headers, Endpoint: st.s.d.Lookup(served)}
-		r.usage = NewUsageParser(strings.Contains(strings.ToLower(headers["content-type"]), "text/event-stream"))
+		r.usage = NewUsageParser(r.res.API, strings.Contains(strings.ToLower(headers["content-type"]), "text/event-stream"))
 		st.s.d.ResponseHeader(st.ctx, r.res.Request, r.resp)
-		if r.res.PrimaryProfile != "" && !(mutant.Enabled && mutant.On(mutant.ProfileHeaderMissing)) {
+		if r.res.PrimaryProfile != "" {
 			set = append(set, header(ProfileHeader, r.res.PrimaryProfile))
 		}
 	}
@@ -444,8 +431,13 @@ func destinationMetadata(dest string) *structpb.Struct {
 	}}
 }
 
+// header is a set-header mutation that replaces any value the request or response already
+// carries (append_action OVERWRITE_IF_EXISTS_OR_ADD; SPEC §9.3): the zero value,
+// APPEND_IF_EXISTS_OR_ADD, would duplicate a forged x-gateway-destination-endpoint or a stale
+// Content-Length on gateways that honour append_action (agentgateway #905).
 func header(key, value string) *corev3.HeaderValueOption {
-	return &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: key, RawValue: []byte(value)}}
+	return &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: key, RawValue: []byte(value)},
+		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD}
 }
 
 func streamedBody(b []byte, eos bool) *extprocv3.CommonResponse {
@@ -473,14 +465,20 @@ func chunks(b []byte, limit int) []chunk {
 	return out
 }
 
-// immediateResponse is a refusal: the HTTP status, a JSON body and content-type
-// application/json (upstream pkg/common/error/error.go BuildErrResponse sends the status and
+// ReasonHeader is the response header of every ImmediateResponse that names the refusal's cause
+// (director.ReasonFor: bad-request, shed, filtered-out, no-endpoints, empty-subset, internal)
+// [eppkit, SPEC §9.3; llm-d-router #1735 asks for a drop reason].
+const ReasonHeader = "x-eppkit-reason"
+
+// immediateResponse is a refusal: the HTTP status, a JSON body, content-type application/json
+// and the reason header (upstream pkg/common/error/error.go BuildErrResponse sends the status and
 // the error text).
-func immediateResponse(code int, body []byte, details string) *extprocv3.ProcessingResponse {
+func immediateResponse(code int, body []byte, details, reason string) *extprocv3.ProcessingResponse {
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
 		ImmediateResponse: &extprocv3.ImmediateResponse{
-			Status:  &typev3.HttpStatus{Code: typev3.StatusCode(code)},
-			Headers: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{header("content-type", "application/json")}},
+			Status: &typev3.HttpStatus{Code: typev3.StatusCode(code)},
+			Headers: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
+				header("content-type", "application/json"), header(ReasonHeader, reason)}},
 			Body:    body,
 			Details: "eppkit_epp_" + details,
 		}}}

@@ -42,6 +42,7 @@ func TestErrorTable(t *testing.T) {
 		metadata *corev3.Metadata
 		setup    func()
 		want     int
+		reason   string // x-eppkit-reason; "" = the status's only cause (bad-request, internal)
 	}{
 		{name: "malformed JSON", headers: reqHeaders(completionsPath), body: []byte(`{"model": "m", "prompt": `), want: 400},
 		{name: "body is not an object", headers: reqHeaders(completionsPath), body: []byte(`["model"]`), want: 400},
@@ -52,14 +53,14 @@ func TestErrorTable(t *testing.T) {
 		{name: "missing messages", headers: reqHeaders("/v1/chat/completions"), body: []byte(`{"model":"m","prompt":"x"}`), want: 400},
 		{name: "ErrBadRequest from a PrepareData plugin", headers: reqHeaders(completionsPath, "x-test-bad-request", "1"), body: good, want: 400},
 		{name: "shed: sheddable and saturated", headers: reqHeaders(completionsPath, "x-gateway-inference-objective", "batch"), body: good,
-			setup: func() { f.setQueues(10, 10, 10) }, want: 429},
-		{name: "admitter refuses a sheddable request", headers: reqHeaders(completionsPath, "x-test-shed", "1", "x-gateway-inference-objective", "batch"), body: good, want: 429},
-		{name: "every endpoint filtered out", headers: reqHeaders(completionsPath, "x-test-filter-all", "1"), body: good, want: 429},
-		{name: "no candidate endpoints", headers: reqHeaders(completionsPath), body: good, setup: func() { f.src.eps = nil }, want: 503},
-		{name: "no endpoints, headers-only", headers: reqHeaders(completionsPath), setup: func() { f.src.eps = nil }, want: 503},
-		{name: "empty subset", headers: reqHeaders(completionsPath), body: good, metadata: subsetMetadata(), want: 503},
-		{name: "subset matching no endpoint", headers: reqHeaders(completionsPath), body: good, metadata: subsetMetadata("10.9.9.9:8000"), want: 503},
-		{name: "anything else inside the EPP", headers: reqHeaders(completionsPath, "x-test-internal", "1"), body: good, want: 500},
+			setup: func() { f.setQueues(10, 10, 10) }, want: 429, reason: "shed"},
+		{name: "admitter refuses a sheddable request", headers: reqHeaders(completionsPath, "x-test-shed", "1", "x-gateway-inference-objective", "batch"), body: good, want: 429, reason: "shed"},
+		{name: "every endpoint filtered out", headers: reqHeaders(completionsPath, "x-test-filter-all", "1"), body: good, want: 429, reason: "filtered-out"},
+		{name: "no candidate endpoints", headers: reqHeaders(completionsPath), body: good, setup: func() { f.src.eps = nil }, want: 503, reason: "no-endpoints"},
+		{name: "no endpoints, headers-only", headers: reqHeaders(completionsPath), setup: func() { f.src.eps = nil }, want: 503, reason: "no-endpoints"},
+		{name: "empty subset", headers: reqHeaders(completionsPath), body: good, metadata: subsetMetadata(), want: 503, reason: "empty-subset"},
+		{name: "subset matching no endpoint", headers: reqHeaders(completionsPath), body: good, metadata: subsetMetadata("10.9.9.9:8000"), want: 503, reason: "no-endpoints"},
+		{name: "anything else inside the EPP", headers: reqHeaders(completionsPath, "x-test-internal", "1"), body: good, want: 500, reason: "internal"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -79,6 +80,13 @@ func TestErrorTable(t *testing.T) {
 			}
 			if code := int(got.immediate.GetStatus().GetCode()); code != tc.want {
 				t.Fatalf("status %d, want %d (body %s)", code, tc.want, got.immediate.GetBody())
+			}
+			wantReason := tc.reason
+			if wantReason == "" && tc.want == 400 {
+				wantReason = "bad-request"
+			}
+			if got.reason != wantReason {
+				t.Fatalf("%s = %q, want %q", extproc.ReasonHeader, got.reason, wantReason)
 			}
 			var eb struct {
 				Error struct {
@@ -234,11 +242,12 @@ func TestPickHeaderMetadataAndResponse(t *testing.T) {
 		t.Fatalf("hooks ran preRequest %d, header %d, complete %d times, want 1 each", preReqs, len(headers), len(completes))
 	}
 	c := completes[0]
-	if diff := cmp.Diff(&framework.Usage{PromptTokens: 7, CompletionTokens: 3, TotalTokens: 10}, c.Usage); diff != "" {
+	if diff := cmp.Diff(&framework.Usage{PromptTokens: ptr(7), CompletionTokens: ptr(3), TotalTokens: ptr(10)}, c.Usage); diff != "" {
 		t.Fatalf("usage (-want +got):\n%s", diff)
 	}
-	if !c.EndOfStream || c.Endpoint == nil || c.Endpoint.Key() != "10.0.0.2:8000" || c.RequestID != "req-1" {
-		t.Fatalf("complete got EndOfStream %v endpoint %v request %q; want true, the served 10.0.0.2:8000, req-1", c.EndOfStream, c.Endpoint, c.RequestID)
+	if !c.EndOfStream || c.Endpoint == nil || c.Endpoint.Key() != "10.0.0.2:8000" || c.RequestID == "" || c.RequestID == "req-1" {
+		t.Fatalf("complete got EndOfStream %v endpoint %v request %q; want true, the served 10.0.0.2:8000, an EPP-internal id (not the x-request-id req-1)",
+			c.EndOfStream, c.Endpoint, c.RequestID)
 	}
 	if headers[0].Endpoint.Name != "pod-10.0.0.2-8000" {
 		t.Fatalf("response header hook got endpoint %+v, want the served pod's metadata", headers[0].Endpoint)
@@ -377,7 +386,7 @@ func TestJSONResponseUsage(t *testing.T) {
 		parts []string
 		want  *framework.Usage
 	}{
-		{[]string{`{"id":"x","usage":{"prompt_tokens":4,`, `"completion_tokens":2,"total_tokens":6}}`}, &framework.Usage{PromptTokens: 4, CompletionTokens: 2, TotalTokens: 6}},
+		{[]string{`{"id":"x","usage":{"prompt_tokens":4,`, `"completion_tokens":2,"total_tokens":6}}`}, &framework.Usage{PromptTokens: ptr(4), CompletionTokens: ptr(2), TotalTokens: ptr(6)}},
 		{[]string{`{"id":"x","usage":{"prompt_tokens":"four"}}`}, nil},
 		{[]string{`{"id":"x","usage":[1,2]}`}, nil},
 	}

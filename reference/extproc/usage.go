@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"math"
 
-	"github.com/eppkit/eppkit/internal/mutant"
 	"github.com/eppkit/eppkit/reference/framework"
 )
 
@@ -16,13 +15,26 @@ const (
 	MaxSSELineBytes  = 4 << 20
 )
 
-// UsageParser reads the OpenAI usage block from a response body fed in arbitrary chunks
-// (SPEC §5.2). In SSE mode it splits the stream into lines and events itself, so an event, a
-// line, or the "data: [DONE]" marker may be split anywhere across chunks; the last event that
-// carries a well-formed usage object wins. In JSON mode it buffers the body and reads the
-// top-level "usage" at Finish. A malformed usage block (not an object, a count that is not a
-// non-negative integer) is ignored, as is malformed JSON. Not safe for concurrent use.
+// UsageParser reads a response's usage from its body fed in arbitrary chunks (SPEC §5.2,
+// §9.1), in the shape of the request's API:
+//   - completions, chat completions, embeddings: the top-level "usage" object
+//     (prompt_tokens, completion_tokens, total_tokens, prompt_tokens_details.cached_tokens) of
+//     the JSON body or of any SSE event (the last well-formed one wins);
+//   - Anthropic Messages: the JSON body's "usage" (input_tokens, output_tokens,
+//     cache_read_input_tokens); streamed, message_start's message.usage, then each
+//     message_delta's usage, whose counts replace the ones they carry;
+//   - OpenAI Responses: the JSON body's "usage" (input_tokens, output_tokens, total_tokens,
+//     input_tokens_details.cached_tokens); streamed, the response.usage of the
+//     response.completed (or response.incomplete) event;
+//   - any other API: no usage.
+//
+// In SSE mode it splits the stream into lines and events itself, so an event, a line, or the
+// "data: [DONE]" marker may be split anywhere across chunks. In JSON mode it buffers the body
+// and reads it at Finish. A malformed usage block (not an object, a count that is not a
+// non-negative integer) is ignored, as is malformed JSON; a count the response does not carry
+// stays nil (absent usage is absent, never zero). Not safe for concurrent use.
 type UsageParser struct {
+	api     framework.API
 	sse     bool
 	buf     []byte // SSE: the current incomplete line; JSON: the whole body
 	data    []byte // SSE: data lines of the current event, joined by '\n'
@@ -32,9 +44,12 @@ type UsageParser struct {
 	done    bool
 }
 
-// NewUsageParser returns a parser for an SSE stream (sse true, Content-Type text/event-stream)
-// or a JSON body.
-func NewUsageParser(sse bool) *UsageParser { return &UsageParser{sse: sse} }
+// NewUsageParser returns a parser for the response of a request of api (framework.API; ""
+// reads the OpenAI shape), streamed as SSE (sse true: Content-Type text/event-stream) or a JSON
+// body.
+func NewUsageParser(api framework.API, sse bool) *UsageParser {
+	return &UsageParser{api: api, sse: sse}
+}
 
 // Write feeds the next chunk of the body.
 func (p *UsageParser) Write(chunk []byte) {
@@ -53,9 +68,6 @@ func (p *UsageParser) Write(chunk []byte) {
 		i := bytes.IndexByte(chunk, '\n')
 		if i < 0 {
 			p.appendLine(chunk)
-			if mutant.Enabled && mutant.On(mutant.UsageSplitDonePanics) {
-				mutantPanicOnSplitDone(p.buf)
-			}
 			return
 		}
 		p.appendLine(chunk[:i])
@@ -114,8 +126,51 @@ func (p *UsageParser) dispatch() {
 		p.done = true
 		return
 	}
-	if u := usageFromJSON(data); u != nil {
-		p.usage = u
+	p.event(data)
+}
+
+// event takes the usage of one SSE event's data.
+func (p *UsageParser) event(data []byte) {
+	switch p.api {
+	case framework.APIOther:
+	case framework.APIMessages:
+		var ev struct {
+			Type    string `json:"type"`
+			Message struct {
+				Usage json.RawMessage `json:"usage"`
+			} `json:"message"`
+			Usage json.RawMessage `json:"usage"`
+		}
+		if json.Unmarshal(data, &ev) != nil {
+			return
+		}
+		switch ev.Type {
+		case "message_start":
+			if u := anthropicUsage(ev.Message.Usage); u != nil {
+				p.usage = u
+			}
+		case "message_delta":
+			if u := anthropicUsage(ev.Usage); u != nil {
+				p.usage = mergeUsage(p.usage, u)
+			}
+		}
+	case framework.APIResponses:
+		var ev struct {
+			Type     string `json:"type"`
+			Response struct {
+				Usage json.RawMessage `json:"usage"`
+			} `json:"response"`
+		}
+		if json.Unmarshal(data, &ev) != nil || (ev.Type != "response.completed" && ev.Type != "response.incomplete") {
+			return
+		}
+		if u := responsesUsage(ev.Response.Usage); u != nil {
+			p.usage = u
+		}
+	default:
+		if u := openAIUsage(topLevelUsage(data)); u != nil {
+			p.usage = u
+		}
 	}
 }
 
@@ -130,7 +185,18 @@ func (p *UsageParser) Finish() *framework.Usage {
 		return p.usage
 	}
 	if !p.skip && len(p.buf) > 0 {
-		if u := usageFromJSON(p.buf); u != nil {
+		raw := topLevelUsage(p.buf)
+		var u *framework.Usage
+		switch p.api {
+		case framework.APIOther:
+		case framework.APIMessages:
+			u = anthropicUsage(raw)
+		case framework.APIResponses:
+			u = responsesUsage(raw)
+		default:
+			u = openAIUsage(raw)
+		}
+		if u != nil {
 			p.usage = u
 		}
 	}
@@ -144,55 +210,115 @@ func (p *UsageParser) Usage() *framework.Usage { return p.usage }
 // Done reports whether the SSE stream's "data: [DONE]" marker has been seen.
 func (p *UsageParser) Done() bool { return p.done }
 
-// usageFromJSON returns the well-formed top-level "usage" object of a JSON object, or nil.
-// Counts accepted: prompt_tokens, completion_tokens, total_tokens (non-negative integers,
-// absent = 0) and prompt_tokens_details.cached_tokens (vLLM and OpenAI name;
-// upstream v1.5.0's parser reads "prompt_token_details", which no server sends — both are
-// accepted). Any other shape returns nil.
-func usageFromJSON(data []byte) *framework.Usage {
+// topLevelUsage returns the raw top-level "usage" member of a JSON object, nil when the data is
+// not an object or has none.
+func topLevelUsage(data []byte) json.RawMessage {
 	var env struct {
 		Usage json.RawMessage `json:"usage"`
 	}
-	if err := json.Unmarshal(data, &env); err != nil || len(env.Usage) == 0 {
+	if err := json.Unmarshal(data, &env); err != nil {
 		return nil
 	}
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(env.Usage, &raw); err != nil || raw == nil {
-		return nil
+	return env.Usage
+}
+
+// usageField is one count of a usage object: its JSON name and where it goes.
+type usageField struct {
+	name string
+	dst  **int
+}
+
+// readUsage decodes a usage object: counts named by fields (each a non-negative integer; absent
+// or null = nil), and cached tokens under details (the first of the detail objects present that
+// carries cached_tokens). Any other shape returns nil: a malformed block is ignored whole.
+func readUsage(raw json.RawMessage, fields []usageField, details []string, cached **int) bool {
+	if len(raw) == 0 {
+		return false
 	}
-	u := &framework.Usage{}
-	for _, f := range []struct {
-		name string
-		dst  *int
-	}{{"prompt_tokens", &u.PromptTokens}, {"completion_tokens", &u.CompletionTokens}, {"total_tokens", &u.TotalTokens}} {
-		v, ok := raw[f.name]
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &obj); err != nil || obj == nil {
+		return false
+	}
+	for _, f := range fields {
+		v, ok := obj[f.name]
 		if !ok || string(v) == "null" {
 			continue
 		}
 		n, ok := count(v)
 		if !ok {
-			return nil
+			return false
 		}
-		*f.dst = n
+		*f.dst = &n
 	}
-	for _, key := range []string{"prompt_tokens_details", "prompt_token_details"} {
-		v, ok := raw[key]
+	for _, key := range details {
+		v, ok := obj[key]
 		if !ok || string(v) == "null" {
 			continue
 		}
-		var details map[string]json.RawMessage
-		if err := json.Unmarshal(v, &details); err != nil {
-			return nil
+		var d map[string]json.RawMessage
+		if err := json.Unmarshal(v, &d); err != nil {
+			return false
 		}
-		if c, ok := details["cached_tokens"]; ok && string(c) != "null" {
+		if c, ok := d["cached_tokens"]; ok && string(c) != "null" {
 			n, ok := count(c)
 			if !ok {
-				return nil
+				return false
 			}
-			u.CachedTokens = n
+			*cached = &n
 		}
 	}
+	return true
+}
+
+// openAIUsage reads an OpenAI usage object: prompt_tokens, completion_tokens, total_tokens and
+// prompt_tokens_details.cached_tokens (vLLM's and OpenAI's name; upstream v1.5.0's parser reads
+// "prompt_token_details", which no server sends — both are accepted). nil when raw is absent or
+// malformed.
+func openAIUsage(raw json.RawMessage) *framework.Usage {
+	u := &framework.Usage{}
+	if !readUsage(raw, []usageField{{"prompt_tokens", &u.PromptTokens}, {"completion_tokens", &u.CompletionTokens},
+		{"total_tokens", &u.TotalTokens}}, []string{"prompt_tokens_details", "prompt_token_details"}, &u.CachedTokens) {
+		return nil
+	}
 	return u
+}
+
+// anthropicUsage reads an Anthropic Messages usage object: input_tokens (PromptTokens),
+// output_tokens (CompletionTokens) and cache_read_input_tokens (CachedTokens); Anthropic has no
+// total. nil when raw is absent or malformed.
+func anthropicUsage(raw json.RawMessage) *framework.Usage {
+	u := &framework.Usage{}
+	if !readUsage(raw, []usageField{{"input_tokens", &u.PromptTokens}, {"output_tokens", &u.CompletionTokens},
+		{"cache_read_input_tokens", &u.CachedTokens}}, nil, nil) {
+		return nil
+	}
+	return u
+}
+
+// responsesUsage reads an OpenAI Responses usage object: input_tokens, output_tokens,
+// total_tokens and input_tokens_details.cached_tokens. nil when raw is absent or malformed.
+func responsesUsage(raw json.RawMessage) *framework.Usage {
+	u := &framework.Usage{}
+	if !readUsage(raw, []usageField{{"input_tokens", &u.PromptTokens}, {"output_tokens", &u.CompletionTokens},
+		{"total_tokens", &u.TotalTokens}}, []string{"input_tokens_details"}, &u.CachedTokens) {
+		return nil
+	}
+	return u
+}
+
+// mergeUsage returns base with every count that u carries replaced by u's.
+func mergeUsage(base, u *framework.Usage) *framework.Usage {
+	if base == nil {
+		return u
+	}
+	out := *base
+	for _, f := range []struct{ dst, src **int }{{&out.PromptTokens, &u.PromptTokens}, {&out.CompletionTokens, &u.CompletionTokens},
+		{&out.TotalTokens, &u.TotalTokens}, {&out.CachedTokens, &u.CachedTokens}} {
+		if *f.src != nil {
+			*f.dst = *f.src
+		}
+	}
+	return &out
 }
 
 // count decodes a non-negative integer token count (a float with no fraction is accepted).

@@ -129,10 +129,6 @@ func lessTN(a, b TypedName) bool {
 }
 
 func sortNodes(ns []*dataNode) {
-	if mutant.Enabled && mutant.On(mutant.DAGMapOrder) {
-		mutantMapOrder(ns)
-		return
-	}
 	sort.Slice(ns, func(i, j int) bool { return lessTN(ns[i].tn, ns[j].tn) })
 }
 
@@ -275,8 +271,14 @@ func buildDataGraph(r *Runtime) (*dataGraph, error) {
 		if order[i].layer != order[j].layer {
 			return order[i].layer < order[j].layer
 		}
-		return lessTN(order[i].tn, order[j].tn) && !(mutant.Enabled && mutant.On(mutant.DAGMapOrder))
+		return lessTN(order[i].tn, order[j].tn)
 	})
+	// Mutant hook (one of the two left in reference/; internal/mutant, dead code without the
+	// eppkit_mutants tag): dag-map-order. The order of the DAG is internal to NewRuntime; a
+	// wrapper plugin or a decorated source cannot reorder it, so the hook sits here.
+	if mutant.Enabled && mutant.On(mutant.DAGMapOrder) {
+		mutantMapOrder(order)
+	}
 	return &dataGraph{order: order}, nil
 }
 
@@ -566,6 +568,47 @@ func jsonObject(raw json.RawMessage) (map[string]any, error) {
 		return nil, fmt.Errorf("parameters must be a JSON object: %w", err)
 	}
 	return out, nil
+}
+
+// hookOrder returns plugins sorted for the request hooks (PreRequest, ResponseHeader,
+// ResponseBody, ResponseComplete): by their layer in the data graph — a producer's is lower than
+// each of its consumers' — then by name, then type. A plugin outside the graph (it neither
+// produces nor consumes data) counts as layer 0. The order is the same on every start whatever the
+// config order (SPEC §1.1, §9.2).
+func (g *dataGraph) hookOrder(plugins []Plugin) []Plugin {
+	layer := make(map[TypedName]int, len(g.order))
+	for _, n := range g.order {
+		layer[n.tn] = n.layer
+	}
+	out := slices.Clone(plugins)
+	sort.SliceStable(out, func(i, j int) bool {
+		a, b := out[i].TypedName(), out[j].TypedName()
+		if la, lb := layer[a], layer[b]; la != lb {
+			return la < lb
+		}
+		return lessTN(a, b)
+	})
+	return out
+}
+
+// HookOrder returns the plugins of each request hook in the order they run (SPEC §1.1, §9.2):
+// by data-graph layer (producers first), then name, then type. The keys are "PreRequest",
+// "ResponseHeader", "ResponseBody" and "ResponseComplete".
+func (r *Runtime) HookOrder() map[string][]TypedName {
+	out := map[string][]TypedName{}
+	for _, p := range r.preRequests {
+		out["PreRequest"] = append(out["PreRequest"], p.TypedName())
+	}
+	for _, p := range r.responseHeaders {
+		out["ResponseHeader"] = append(out["ResponseHeader"], p.TypedName())
+	}
+	for _, p := range r.responseBodies {
+		out["ResponseBody"] = append(out["ResponseBody"], p.TypedName())
+	}
+	for _, p := range r.responseCompletes {
+		out["ResponseComplete"] = append(out["ResponseComplete"], p.TypedName())
+	}
+	return out
 }
 
 // DAG returns every node of the data graph in execution order: by layer, then name, then type.

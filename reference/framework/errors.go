@@ -1,6 +1,9 @@
 package framework
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Typed errors of the request flow. Wrap them with fmt.Errorf("...: %w", ErrX); the director maps
 // them to HTTP statuses with one table (SPEC §5.3).
@@ -15,4 +18,13 @@ var (
 	ErrNoEndpoints = errors.New("no candidate endpoints")
 	// ErrInternal: anything else inside the EPP (500).
 	ErrInternal = errors.New("internal error")
+)
+
+// Refinements of the typed errors: each wraps one of the above (errors.Is finds both), so the
+// status stays the parent's while the refusal can name its cause (SPEC §9.3 x-eppkit-reason).
+var (
+	// ErrFilteredOut: the filters of a profile removed every endpoint (429, wraps ErrShed).
+	ErrFilteredOut = fmt.Errorf("every endpoint was filtered out: %w", ErrShed)
+	// ErrEmptySubset: the gateway's subset hint is present but empty (503, wraps ErrNoEndpoints).
+	ErrEmptySubset = fmt.Errorf("the subset hint is present but empty: %w", ErrNoEndpoints)
 )

@@ -146,6 +146,7 @@ type PreRequest interface {
 
 // Response describes the model server's response as the EPP sees it.
 type Response struct {
+	// RequestID is the request's LLMRequest.RequestID (EPP-internal, SPEC §9.2).
 	RequestID string
 	Headers   map[string]string
 	// Endpoint is the endpoint that served the request (from the served-endpoint metadata when the
@@ -157,12 +158,36 @@ type Response struct {
 	EndOfStream bool
 }
 
-// Usage is the OpenAI usage block, in tokens.
+// Usage is the model server's token accounting for one response, in tokens, read in the
+// response's own API shape (SPEC §9.1: OpenAI prompt_tokens/completion_tokens, Anthropic and
+// Responses input_tokens/output_tokens). A nil count is one the response did not carry: absent
+// usage is absent, never a zero.
 type Usage struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
-	TotalTokens      int `json:"total_tokens"`
-	CachedTokens     int `json:"cached_tokens,omitempty"`
+	// PromptTokens is prompt_tokens (OpenAI) or input_tokens (Anthropic, Responses).
+	PromptTokens *int `json:"prompt_tokens,omitempty"`
+	// CompletionTokens is completion_tokens (OpenAI) or output_tokens (Anthropic, Responses).
+	CompletionTokens *int `json:"completion_tokens,omitempty"`
+	// TotalTokens is total_tokens, when the response carries it.
+	TotalTokens *int `json:"total_tokens,omitempty"`
+	// CachedTokens is prompt_tokens_details.cached_tokens (OpenAI),
+	// input_tokens_details.cached_tokens (Responses) or cache_read_input_tokens (Anthropic).
+	CachedTokens *int `json:"cached_tokens,omitempty"`
+}
+
+// Completion returns CompletionTokens and whether the response carried it.
+func (u *Usage) Completion() (int, bool) {
+	if u == nil || u.CompletionTokens == nil {
+		return 0, false
+	}
+	return *u.CompletionTokens, true
+}
+
+// Prompt returns PromptTokens and whether the response carried it.
+func (u *Usage) Prompt() (int, bool) {
+	if u == nil || u.PromptTokens == nil {
+		return 0, false
+	}
+	return *u.PromptTokens, true
 }
 
 // ResponseHeaderPlugin runs when the response headers arrive.

@@ -96,6 +96,9 @@ func (r *Runtime) PrepareData(ctx context.Context, req *LLMRequest, endpoints []
 	}
 
 	budget := timer.C()
+	// Mutant hook (one of the two left in reference/; internal/mutant, dead code without the
+	// eppkit_mutants tag): prepare-budget-ignored. The budget is the runtime's own wait on its
+	// plugins; a wrapper plugin can only be slower, never make the runtime wait for it.
 	if mutant.Enabled && mutant.On(mutant.PrepareBudgetIgnored) {
 		budget = nil // the phase waits for every plugin, however long it runs
 	}

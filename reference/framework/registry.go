@@ -44,6 +44,24 @@ func (r *Registry) MustRegister(pluginType string, f FactoryFunc) {
 	}
 }
 
+// Decorate replaces the factory of the registered pluginType with wrap(factory), so every plugin
+// of that type is built through a decorator (a wrapper plugin around what the factory returns;
+// eppkit's mutant builds use it to break one rule of a plugin without touching its code). It
+// returns an error when the type is not registered or wrap is nil.
+func (r *Registry) Decorate(pluginType string, wrap func(FactoryFunc) FactoryFunc) error {
+	if wrap == nil {
+		return fmt.Errorf("registry: decorator of %q is nil", pluginType)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f, ok := r.factories[pluginType]
+	if !ok {
+		return fmt.Errorf("registry: plugin type %q is not registered", pluginType)
+	}
+	r.factories[pluginType] = wrap(f)
+	return nil
+}
+
 // RegisterDefaultProducer names pluginType as the producer instantiated (with default parameters,
 // instance name = pluginType) when a config consumes dataKey and no configured plugin produces it
 // (SPEC §1.1). The type must be registered before a runtime is built.

@@ -58,6 +58,43 @@ func TestRegistry(t *testing.T) {
 	r.MustRegister("a-type", f)
 }
 
+// TestRegistryDecorate: a decorated type builds through the wrapper, which sees the original
+// factory; undecorated types are untouched; an unknown type or a nil wrapper is an error.
+func TestRegistryDecorate(t *testing.T) {
+	r := NewRegistry()
+	build := func(name string, _ json.RawMessage, _ Handle) (Plugin, error) {
+		return testPlugin{TypedName{Type: "t", Name: name}}, nil
+	}
+	r.MustRegister("t", build)
+	r.MustRegister("u", build)
+	err := r.Decorate("t", func(inner FactoryFunc) FactoryFunc {
+		return func(name string, params json.RawMessage, h Handle) (Plugin, error) {
+			return inner("wrapped-"+name, params, h)
+		}
+	})
+	if err != nil {
+		t.Fatalf("Decorate(t): %v", err)
+	}
+	for typ, want := range map[string]string{"t": "wrapped-x", "u": "x"} {
+		f, _ := r.Factory(typ)
+		p, err := f("x", nil, nil)
+		if err != nil || p.TypedName().Name != want {
+			t.Errorf("factory of %s built %v, %v; want the name %q", typ, p, err, want)
+		}
+	}
+	if err := r.Decorate("nope", func(f FactoryFunc) FactoryFunc { return f }); err == nil ||
+		err.Error() != `registry: plugin type "nope" is not registered` {
+		t.Errorf("Decorate(nope) error = %v", err)
+	}
+	if err := r.Decorate("t", nil); err == nil {
+		t.Error("Decorate with a nil wrapper: no error")
+	}
+}
+
+type testPlugin struct{ tn TypedName }
+
+func (p testPlugin) TypedName() TypedName { return p.tn }
+
 func TestDecodeParameters(t *testing.T) {
 	type params struct {
 		BlockSize int  `json:"blockSize"`

@@ -181,6 +181,10 @@ func NewRuntime(cfg *EndpointPickerConfig, reg *Registry, opts RuntimeOptions) (
 		if a, ok := p.(Admitter); ok {
 			r.admitters = append(r.admitters, a)
 		}
+	}
+	// The request hooks plugins share data through run in dependency order (SPEC §1.1, §9.2;
+	// llm-d-router #2040): producers before their consumers, then by name and type.
+	for _, p := range g.hookOrder(r.ordered) {
 		if pr, ok := p.(PreRequest); ok {
 			r.preRequests = append(r.preRequests, pr)
 		}
@@ -451,29 +455,30 @@ func (r *Runtime) Schedule(ctx context.Context, req *LLMRequest, endpoints []*En
 	return r.RunScheduling(ctx, req, endpoints)
 }
 
-// PreRequest runs every PreRequest plugin in plugin order with the final result. A panicking
-// plugin is logged and skipped.
+// PreRequest runs every PreRequest plugin in dependency order (HookOrder) with the final result.
+// A panicking plugin is logged and skipped.
 func (r *Runtime) PreRequest(ctx context.Context, req *LLMRequest, res *SchedulingResult) {
 	for _, p := range r.preRequests {
 		r.guard(p, "PreRequest", func() { p.PreRequest(ctx, req, res) }, nil)
 	}
 }
 
-// ResponseHeader runs every ResponseHeader plugin in plugin order.
+// ResponseHeader runs every ResponseHeader plugin in dependency order (HookOrder).
 func (r *Runtime) ResponseHeader(ctx context.Context, req *LLMRequest, resp *Response) {
 	for _, p := range r.responseHeaders {
 		r.guard(p, "ResponseHeader", func() { p.ResponseHeader(ctx, req, resp) }, nil)
 	}
 }
 
-// ResponseBody runs every ResponseBody plugin in plugin order with one streamed chunk.
+// ResponseBody runs every ResponseBody plugin in dependency order (HookOrder) with one streamed
+// chunk.
 func (r *Runtime) ResponseBody(ctx context.Context, req *LLMRequest, resp *Response, chunk []byte) {
 	for _, p := range r.responseBodies {
 		r.guard(p, "ResponseBody", func() { p.ResponseBody(ctx, req, resp, chunk) }, nil)
 	}
 }
 
-// ResponseComplete runs every ResponseComplete plugin in plugin order.
+// ResponseComplete runs every ResponseComplete plugin in dependency order (HookOrder).
 func (r *Runtime) ResponseComplete(ctx context.Context, req *LLMRequest, resp *Response) {
 	for _, p := range r.responseCompletes {
 		r.guard(p, "ResponseComplete", func() { p.ResponseComplete(ctx, req, resp) }, nil)

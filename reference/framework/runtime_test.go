@@ -469,7 +469,9 @@ func TestExtensionPointsInOrder(t *testing.T) {
 	r.ResponseHeader(ctx, req, resp)
 	r.ResponseBody(ctx, req, resp, []byte("x"))
 	r.ResponseComplete(ctx, req, resp)
-	want := []string{"b.admit", "a.admit", "b.pre", "a.pre", "b.header", "a.header", "b.body:x", "a.body:x", "b.complete", "a.complete"}
+	// Admitters run in config order; the request hooks in dependency order, which for plugins
+	// sharing no data is by name (SPEC §1.1, §9.2).
+	want := []string{"b.admit", "a.admit", "a.pre", "b.pre", "a.header", "b.header", "a.body:x", "b.body:x", "a.complete", "b.complete"}
 	if diff := cmp.Diff(want, calls.get()); diff != "" {
 		t.Fatalf("calls (-want +got):\n%s", diff)
 	}
@@ -511,5 +513,54 @@ func TestHandle(t *testing.T) {
 	}
 	if _, ok := r.Plugin(DefaultPickerType); !ok {
 		t.Fatal("auto-created picker not reachable by name")
+	}
+}
+
+// dataRecorder is a recorder that produces and consumes data keys.
+type dataRecorder struct {
+	recorder
+	produces, consumes map[string]any
+}
+
+func (p *dataRecorder) Produces() map[string]any { return p.produces }
+func (p *dataRecorder) Consumes() map[string]any { return p.consumes }
+
+// TestHookDependencyOrder: at PreRequest and the response hooks a producer runs before its
+// consumer whatever the config order and the names (SPEC §9.2; llm-d-router #2040): "a"
+// consumes what "z" produces, "m" shares nothing; config order a, m, z.
+func TestHookDependencyOrder(t *testing.T) {
+	for _, order := range [][]string{{"a", "m", "z"}, {"z", "m", "a"}, {"m", "a", "z"}} {
+		calls := &callLog{}
+		z := &dataRecorder{recorder: recorder{base: base{TypedName{"rec", "z"}}, calls: calls}, produces: map[string]any{"k": 0}}
+		a := &dataRecorder{recorder: recorder{base: base{TypedName{"rec", "a"}}, calls: calls}, consumes: map[string]any{"k": 0}}
+		m := &recorder{base: base{TypedName{"rec", "m"}}, calls: calls}
+		byName := map[string]Plugin{"a": a, "m": m, "z": z}
+		var specs []PluginSpec
+		var ps []Plugin
+		for _, n := range order {
+			specs = append(specs, PluginSpec{Name: n, Type: "rec"})
+			ps = append(ps, byName[n])
+		}
+		r, err := NewRuntime(cfgWith(specs), testRegistry(t, ps...), RuntimeOptions{Logger: quietLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantOrder := []TypedName{{"rec", "m"}, {"rec", "z"}, {"rec", "a"}}
+		for hook, got := range r.HookOrder() {
+			if diff := cmp.Diff(wantOrder, got); diff != "" {
+				t.Fatalf("config order %v: %s order (-want +got):\n%s", order, hook, diff)
+			}
+		}
+		ctx, req := context.Background(), &LLMRequest{RequestID: "r1"}
+		res, err := r.Schedule(ctx, req, testEndpoints(2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := len(calls.get())
+		r.PreRequest(ctx, req, res)
+		r.ResponseComplete(ctx, req, &Response{RequestID: "r1"})
+		if diff := cmp.Diff([]string{"m.pre", "z.pre", "a.pre", "m.complete", "z.complete", "a.complete"}, calls.get()[before:]); diff != "" {
+			t.Fatalf("config order %v: calls (-want +got):\n%s", order, diff)
+		}
 	}
 }

@@ -31,7 +31,7 @@ func ClampScore(v float64) float64 {
 // scorer's weight, and lets the picker choose.
 //
 // Errors (SPEC §5.3): no endpoints → ErrNoEndpoints; the handler fails after some profile filtered
-// every endpoint out → ErrShed; a handler error that already wraps one of the typed errors keeps
+// every endpoint out → ErrFilteredOut (an ErrShed); a handler error that already wraps one of the typed errors keeps
 // it; any other failure (handler error, no primary target, too many rounds, a panicking plugin)
 // → ErrInternal. The handler's own error stays in the chain.
 func (r *Runtime) RunScheduling(ctx context.Context, req *LLMRequest, endpoints []*Endpoint) (res *SchedulingResult, err error) {
@@ -86,8 +86,7 @@ func (r *Runtime) RunScheduling(ctx context.Context, req *LLMRequest, endpoints 
 		case errors.Is(err, ErrShed), errors.Is(err, ErrBadRequest), errors.Is(err, ErrNoEndpoints), errors.Is(err, ErrInternal):
 			return nil, fmt.Errorf("scheduling: profile handler %s: %w", handlerName, err)
 		case filteredOut:
-			return nil, fmt.Errorf("scheduling: every endpoint was filtered out (profile handler %s: %w): %w",
-				handlerName, err, ErrShed)
+			return nil, fmt.Errorf("scheduling: profile handler %s: %w: %w", handlerName, err, ErrFilteredOut)
 		default:
 			return nil, fmt.Errorf("scheduling: profile handler %s: %w: %w", handlerName, err, ErrInternal)
 		}

@@ -1,167 +1,51 @@
 // Package predictor is the reference EPP's latency predictor (SPEC §4.2): an in-process online
-// model of TTFT and TPOT trained from completed requests, an HTTP client for the upstream
-// predictor sidecars, and the wire types both share.
+// model of TTFT and TPOT trained from completed requests, an HTTP server with the upstream
+// sidecars' API, and an HTTP client for the upstream sidecars.
 //
-// The wire types mirror the upstream Go client
-// (kubernetes-sigs/gateway-api-inference-extension v1.5.0,
-// sidecars/latencypredictorasync/types.go) and the Python sidecars
-// (latencypredictor/prediction_server.py, latencypredictor/training_server.py) field for field:
-// the JSON names are upstream's, so an eppkit server can stand in for a sidecar and the eppkit
-// client can talk to a real one.
+// The wire types are internal/predictorapi's (the fake predictor speaks the same API and may not
+// import the reference); the aliases below are their names here.
 package predictor
 
 import (
 	"context"
 	"errors"
-	"time"
+
+	"github.com/eppkit/eppkit/internal/predictorapi"
 )
 
-// Model types reported in "model_type" (upstream names; see types.go in
-// sidecars/latencypredictorasync). eppkit's own model reports ModelTypeBayesianRidge only when it
-// really is a linear model whose coefficients are published on /metrics.
-const (
-	ModelTypeBayesianRidge = "bayesian_ridge"
-	ModelTypeXGBoost       = "xgboost"
-	ModelTypeLightGBM      = "lightgbm"
+// Wire types of the sidecar API (internal/predictorapi, upstream's JSON field for field).
+type (
+	PredictionRequest                = predictorapi.PredictionRequest
+	PredictionResponse               = predictorapi.PredictionResponse
+	BulkPredictionRequest            = predictorapi.BulkPredictionRequest
+	BulkPredictionResponse           = predictorapi.BulkPredictionResponse
+	BulkPredictionError              = predictorapi.BulkPredictionError
+	BulkPredictionResponseWithErrors = predictorapi.BulkPredictionResponseWithErrors
+	TrainingEntry                    = predictorapi.TrainingEntry
+	BulkTrainingRequest              = predictorapi.BulkTrainingRequest
+	ServerStatusResponse             = predictorapi.ServerStatusResponse
+	ModelInfo                        = predictorapi.ModelInfo
+	ModelCoefficients                = predictorapi.ModelCoefficients
 )
 
-// Objective types reported in "objective_type" (upstream names).
+// Upstream's names in "model_type", "objective_type" and "pod_type", and the API's limits.
 const (
-	ObjectiveQuantile = "quantile"
-	ObjectiveMean     = "mean"
-)
-
-// Pod types in "pod_type" (upstream: "prefill", "decode", or "" for a monolithic server).
-const (
-	PodTypeMonolithic = ""
-	PodTypePrefill    = "prefill"
-	PodTypeDecode     = "decode"
+	ModelTypeBayesianRidge = predictorapi.ModelTypeBayesianRidge
+	ModelTypeXGBoost       = predictorapi.ModelTypeXGBoost
+	ModelTypeLightGBM      = predictorapi.ModelTypeLightGBM
+	ObjectiveQuantile      = predictorapi.ObjectiveQuantile
+	ObjectiveMean          = predictorapi.ObjectiveMean
+	PodTypeMonolithic      = predictorapi.PodTypeMonolithic
+	PodTypePrefill         = predictorapi.PodTypePrefill
+	PodTypeDecode          = predictorapi.PodTypeDecode
+	MaxBulkRequests        = predictorapi.MaxBulkRequests
+	MaxBodyBytes           = predictorapi.MaxBodyBytes
 )
 
 // ErrNotReady is returned (wrapped) by a Predictor that cannot answer yet or any more: an
 // in-process model still serving its prior is Ready()==false but still answers; an HTTP client
 // whose sidecar is unreachable or unready returns an error wrapping ErrNotReady.
 var ErrNotReady = errors.New("predictor not ready")
-
-// PredictionRequest is the per-endpoint feature vector of one prediction (upstream
-// PredictionRequest). Units: KVCachePercentage is KV-cache use in [0,1] (upstream's name says
-// "percentage" but the value is a fraction); InputTokenLength, NumTokensGenerated and the
-// in-flight counts are tokens; NumRequestWaiting and NumRequestRunning are requests;
-// PrefixCacheScore is the fraction of the prompt's blocks cached on the endpoint, in [0,1].
-type PredictionRequest struct {
-	KVCachePercentage     float64 `json:"kv_cache_percentage"`
-	InputTokenLength      int     `json:"input_token_length"`
-	NumRequestWaiting     int     `json:"num_request_waiting"`
-	NumRequestRunning     int     `json:"num_request_running"`
-	NumTokensGenerated    int     `json:"num_tokens_generated"`
-	PrefixCacheScore      float64 `json:"prefix_cache_score"`
-	PodType               string  `json:"pod_type,omitempty"`
-	PrefillTokensInFlight int64   `json:"prefill_tokens_in_flight"`
-	DecodeTokensInFlight  int64   `json:"decode_tokens_in_flight"`
-}
-
-// PredictionResponse is one prediction (upstream PredictionResponse). TTFT and TPOT are in ms.
-// Quantile is the predicted quantile in (0,1) when ObjectiveType is "quantile" (upstream sends it
-// in both objectives). LastModelLoad is when the model answering was last (re)trained or loaded,
-// nil before the first model.
-type PredictionResponse struct {
-	TTFT                 float64    `json:"ttft_ms"`
-	TPOT                 float64    `json:"tpot_ms"`
-	TTFTUncertainty      float64    `json:"ttft_uncertainty,omitempty"`
-	TPOTUncertainty      float64    `json:"tpot_uncertainty,omitempty"`
-	TTFTPredictionBounds [2]float64 `json:"ttft_prediction_bounds,omitempty"`
-	TPOTPredictionBounds [2]float64 `json:"tpot_prediction_bounds,omitempty"`
-	PredictedAt          time.Time  `json:"predicted_at"`
-	ModelType            string     `json:"model_type"`
-	ObjectiveType        string     `json:"objective_type,omitempty"`
-	Quantile             float64    `json:"quantile"`
-	LastModelLoad        *time.Time `json:"last_model_load"`
-}
-
-// BulkPredictionRequest is the body of POST /predict/bulk and /predict/bulk/strict.
-type BulkPredictionRequest struct {
-	Requests []PredictionRequest `json:"requests"`
-}
-
-// BulkPredictionResponse is the answer of POST /predict/bulk/strict (upstream
-// BulkPredictionResponse): one prediction per request, in order, or an error status for all.
-type BulkPredictionResponse struct {
-	Predictions           []PredictionResponse `json:"predictions"`
-	TotalRequests         int                  `json:"total_requests"`
-	SuccessfulPredictions int                  `json:"successful_predictions"`
-	FailedPredictions     int                  `json:"failed_predictions"`
-	ProcessingTimeMs      float64              `json:"processing_time_ms"`
-}
-
-// BulkPredictionError names one failed row of POST /predict/bulk (upstream BulkPredictionError).
-type BulkPredictionError struct {
-	Index   int               `json:"index"`
-	Error   string            `json:"error"`
-	Request PredictionRequest `json:"request"`
-}
-
-// BulkPredictionResponseWithErrors is the answer of POST /predict/bulk (upstream): Predictions[i]
-// is null for a failed row i, which is then listed in Errors.
-type BulkPredictionResponseWithErrors struct {
-	Predictions           []*PredictionResponse `json:"predictions"`
-	Errors                []BulkPredictionError `json:"errors"`
-	TotalRequests         int                   `json:"total_requests"`
-	SuccessfulPredictions int                   `json:"successful_predictions"`
-	FailedPredictions     int                   `json:"failed_predictions"`
-	ProcessingTimeMs      float64               `json:"processing_time_ms"`
-}
-
-// TrainingEntry is one completed request's observation (upstream TrainingEntry): the features at
-// dispatch time plus the measured ActualTTFT and ActualTPOT in ms. A zero ActualTTFT or
-// ActualTPOT means "not measured" and that target is not trained from the entry (upstream
-// training_server.py drops non-positive targets the same way).
-type TrainingEntry struct {
-	KVCachePercentage     float64   `json:"kv_cache_percentage"`
-	InputTokenLength      int       `json:"input_token_length"`
-	NumRequestWaiting     int       `json:"num_request_waiting"`
-	NumRequestRunning     int       `json:"num_request_running"`
-	NumTokensGenerated    int       `json:"num_tokens_generated"`
-	ActualTTFT            float64   `json:"actual_ttft_ms"`
-	ActualTPOT            float64   `json:"actual_tpot_ms"`
-	PrefixCacheScore      float64   `json:"prefix_cache_score"`
-	PodType               string    `json:"pod_type,omitempty"`
-	PrefillTokensInFlight int64     `json:"prefill_tokens_in_flight"`
-	DecodeTokensInFlight  int64     `json:"decode_tokens_in_flight"`
-	Timestamp             time.Time `json:"timestamp"`
-}
-
-// BulkTrainingRequest is the body of POST /add_training_data_bulk (answered 202).
-type BulkTrainingRequest struct {
-	Entries []TrainingEntry `json:"entries"`
-}
-
-// ServerStatusResponse is the answer of GET /status on a prediction server (upstream).
-type ServerStatusResponse struct {
-	IsReady           bool            `json:"is_ready"`
-	ModelType         string          `json:"model_type"`
-	ObjectiveType     string          `json:"objective_type,omitempty"`
-	Quantile          float64         `json:"quantile"`
-	LastModelLoad     *time.Time      `json:"last_model_load"`
-	TrainingServerURL string          `json:"training_server_url"`
-	ModelsExist       map[string]bool `json:"models_exist"`
-}
-
-// ModelInfo is the answer of GET /model/download/info on a training server (upstream).
-type ModelInfo struct {
-	ModelType     string          `json:"model_type"`
-	ObjectiveType string          `json:"objective_type,omitempty"`
-	ModelStatus   map[string]bool `json:"model_status"`
-	Quantile      float64         `json:"quantile"`
-}
-
-// ModelCoefficients are a linear model's parameters as published on /metrics (upstream parses
-// ttft_intercept, ttft_coef{feature="..."} etc. into this shape). TTFT and TPOT are in ms.
-type ModelCoefficients struct {
-	TTFTIntercept float64            `json:"ttft_intercept"`
-	TTFTCoeffs    map[string]float64 `json:"ttft_coefficients"`
-	TPOTIntercept float64            `json:"tpot_intercept"`
-	TPOTCoeffs    map[string]float64 `json:"tpot_coefficients"`
-}
 
 // Predictor is what the predicted-latency plugins use. It is implemented by the in-process Model
 // and by the HTTP Client for the upstream sidecars.

@@ -36,13 +36,12 @@ type linearFit struct {
 
 // suffStats accumulates what a Bayesian ridge fit needs in one pass: n, Σx, Σxxᵀ, Σxy, Σy, Σy².
 type suffStats struct {
-	d        int
-	n        float64
-	sx       []float64
-	sxx      []float64 // d×d row-major
-	sxy      []float64
-	sy, syy  float64
-	scratchX []float64
+	d       int
+	n       float64
+	sx      []float64
+	sxx     []float64 // d×d row-major
+	sxy     []float64
+	sy, syy float64
 }
 
 func newSuffStats(d int) *suffStats {

@@ -3,7 +3,6 @@ package predictor
 import (
 	"fmt"
 	"math"
-	"strings"
 )
 
 // FeatureSet selects the engineered features the linear models use.
@@ -95,66 +94,4 @@ func fillFeatures(dst []float64, names []string, r *PredictionRequest) {
 	}
 }
 
-// Validate checks the request the way upstream's pydantic model does (prediction_server.py
-// PredictionRequest): kv_cache_percentage and prefix_cache_score in [0,1], counts ≥ 0, pod_type
-// "", "prefill" or "decode". The error names the field.
-func (r *PredictionRequest) Validate() error {
-	return validateFeatures(r.KVCachePercentage, r.PrefixCacheScore, r.InputTokenLength, r.NumRequestWaiting,
-		r.NumRequestRunning, r.NumTokensGenerated, r.PrefillTokensInFlight, r.DecodeTokensInFlight, r.PodType)
-}
-
-// Validate checks the entry like upstream's training_server.py TrainingEntry: the request
-// fields as PredictionRequest.Validate, and actual_ttft_ms, actual_tpot_ms finite and ≥ 0.
-func (e *TrainingEntry) Validate() error {
-	if err := validateFeatures(e.KVCachePercentage, e.PrefixCacheScore, e.InputTokenLength, e.NumRequestWaiting,
-		e.NumRequestRunning, e.NumTokensGenerated, e.PrefillTokensInFlight, e.DecodeTokensInFlight, e.PodType); err != nil {
-		return err
-	}
-	if !finite(e.ActualTTFT) || e.ActualTTFT < 0 {
-		return fmt.Errorf("actual_ttft_ms: must be a finite number ≥ 0, got %v", e.ActualTTFT)
-	}
-	if !finite(e.ActualTPOT) || e.ActualTPOT < 0 {
-		return fmt.Errorf("actual_tpot_ms: must be a finite number ≥ 0, got %v", e.ActualTPOT)
-	}
-	return nil
-}
-
-// Request returns the entry's features as a PredictionRequest.
-func (e *TrainingEntry) Request() PredictionRequest {
-	return PredictionRequest{
-		KVCachePercentage: e.KVCachePercentage, InputTokenLength: e.InputTokenLength,
-		NumRequestWaiting: e.NumRequestWaiting, NumRequestRunning: e.NumRequestRunning,
-		NumTokensGenerated: e.NumTokensGenerated, PrefixCacheScore: e.PrefixCacheScore,
-		PodType: e.PodType, PrefillTokensInFlight: e.PrefillTokensInFlight,
-		DecodeTokensInFlight: e.DecodeTokensInFlight,
-	}
-}
-
 func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
-
-func validateFeatures(kv, prefix float64, input, waiting, running, generated int, prefillTIF, decodeTIF int64, podType string) error {
-	switch {
-	case !finite(kv) || kv < 0 || kv > 1:
-		return fmt.Errorf("kv_cache_percentage: must be in [0,1], got %v", kv)
-	case !finite(prefix) || prefix < 0 || prefix > 1:
-		return fmt.Errorf("prefix_cache_score: must be in [0,1], got %v", prefix)
-	case input < 0:
-		return fmt.Errorf("input_token_length: must be ≥ 0, got %d", input)
-	case waiting < 0:
-		return fmt.Errorf("num_request_waiting: must be ≥ 0, got %d", waiting)
-	case running < 0:
-		return fmt.Errorf("num_request_running: must be ≥ 0, got %d", running)
-	case generated < 0:
-		return fmt.Errorf("num_tokens_generated: must be ≥ 0, got %d", generated)
-	case prefillTIF < 0:
-		return fmt.Errorf("prefill_tokens_in_flight: must be ≥ 0, got %d", prefillTIF)
-	case decodeTIF < 0:
-		return fmt.Errorf("decode_tokens_in_flight: must be ≥ 0, got %d", decodeTIF)
-	}
-	switch strings.TrimSpace(podType) {
-	case PodTypeMonolithic, PodTypePrefill, PodTypeDecode:
-	default:
-		return fmt.Errorf("pod_type: must be %q, %q or %q, got %q", PodTypeMonolithic, PodTypePrefill, PodTypeDecode, podType)
-	}
-	return nil
-}

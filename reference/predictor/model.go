@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"k8s.io/utils/clock"
+
+	"github.com/eppkit/eppkit/internal/predictorapi"
 )
 
 // Bucket grid of the training samples (upstream training_server.py): 5 queue buckets (waiting
@@ -23,7 +25,7 @@ const (
 
 // Defaults of Config.
 const (
-	DefaultQuantile        = 0.9
+	DefaultQuantile        = predictorapi.DefaultQuantile
 	DefaultMaxPerBucket    = 500 // upstream LATENCY_MAX_TRAINING_DATA_SIZE_PER_BUCKET
 	DefaultMinSamples      = 100
 	DefaultRetrainInterval = 5 * time.Second

@@ -14,15 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Limits of the HTTP API.
-const (
-	// MaxBulkRequests is the most rows one bulk prediction may carry (upstream
-	// prediction_server.py BulkPredictionRequest max_items).
-	MaxBulkRequests = 10000
-	// MaxBodyBytes bounds a request body; larger bodies are answered 413.
-	MaxBodyBytes = 32 << 20
-)
-
 // Required JSON fields (upstream pydantic models declare them with Field(...)).
 var (
 	requiredPredictionFields = []string{"kv_cache_percentage", "input_token_length", "num_request_waiting",

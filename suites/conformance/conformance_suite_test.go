@@ -1,8 +1,9 @@
 // Package conformance_test runs the conformance registry (conformance.All) as a Ginkgo suite: one
 // It per registered test, under a Describe per profile, labelled with the profile, the features
 // and the level, so `--label-filter` selects by any of them. It runs against the reference EPP
-// (the eppkit binary built by gexec from ./cmd/eppkit) with every feature claimed; the CLI
-// `eppkit conformance` is the user-facing runner over the same registry and skip rules.
+// (the eppkit binary built by gexec from ./cmd/eppkit) with every feature claimed, through the
+// same run as `eppkit conformance` (conformance.Start / Session.RunOne / Session.Finish): the
+// same runner, and the same ConformanceReport per profile, junit.xml and summary.md at the end.
 //
 // Run it alone:
 //
@@ -12,45 +13,54 @@
 // Environment: EPPKIT_SEED (seed), EPPKIT_ENDPOINT_SOURCE (static | apiserver, default static),
 // EPPKIT_CONFIG_FILE (an EndpointPickerConfig for the reference; default
 // manifests/epp-configs/conformance.yaml, every feature the reference claims in one config, since
-// every feature is claimed), EPPKIT_BIN (a prebuilt eppkit
-// binary instead of building one), EPPKIT_TIMEOUT_CONFIG (TimeoutConfig YAML).
+// every feature is claimed), EPPKIT_BIN (a prebuilt eppkit binary instead of building one),
+// EPPKIT_TIMEOUT_CONFIG (TimeoutConfig YAML), EPPKIT_REPORT_OUTPUT (the reports' directory;
+// default out/suites/conformance under the module root).
 package conformance_test
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"runtime"
 	"testing"
 
-	"github.com/eppkit/eppkit/internal/testseed"
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"
 	"github.com/onsi/gomega/gexec"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	confv1 "sigs.k8s.io/gateway-api/conformance/apis/v1"
 
 	"github.com/eppkit/eppkit/conformance"
-	_ "github.com/eppkit/eppkit/conformance/tests" // registers the tests
+	"github.com/eppkit/eppkit/conformance/harness"
+	"github.com/eppkit/eppkit/internal/testseed"
+	"github.com/eppkit/eppkit/internal/version"
+	_ "github.com/eppkit/eppkit/internal/wiring" // the tests and the reference target
 )
 
 // suiteLabel selects this suite.
 const suiteLabel = "conformance"
 
-// defaultConfigFile is the reference's config when EPPKIT_CONFIG_FILE is unset (relative to this
-// package's directory, where ginkgo runs the suite).
-const defaultConfigFile = "../../manifests/epp-configs/conformance.yaml"
+// moduleRoot is the repository root (this file is suites/conformance/conformance_suite_test.go).
+func moduleRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
 
 func TestConformance(t *testing.T) {
 	gomega.RegisterFailHandler(ginkgo.Fail)
 	ginkgo.RunSpecs(t, "eppkit conformance suite")
 }
 
-// suite is the harness shared by every spec; started once in BeforeSuite.
-var suite *conformance.Suite
-
-// selection claims every profile and feature: the reference EPP claims them all.
-var selection = conformance.Selection{Profiles: conformance.Profiles, SupportedFeatures: conformance.TestedFeatures()}
+// session is the run shared by every spec; started in BeforeSuite, finished in AfterSuite.
+var session *conformance.Session
 
 var _ = ginkgo.BeforeSuite(func(ctx context.Context) {
+	// envtest (the apiserver endpoint source) logs through controller-runtime's logger; without
+	// one it prints a warning and a stack once the process is 30 s old (building eppkit below can
+	// take that long on a loaded machine).
+	ctrllog.SetLogger(ginkgo.GinkgoLogr)
 	bin := os.Getenv("EPPKIT_BIN")
 	if bin == "" {
 		var err error
@@ -58,29 +68,41 @@ var _ = ginkgo.BeforeSuite(func(ctx context.Context) {
 		gomega.Expect(err).NotTo(gomega.HaveOccurred(), "build the eppkit binary")
 		ginkgo.DeferCleanup(gexec.CleanupBuildArtifacts)
 	}
-	timeouts, err := conformance.LoadTimeoutConfig(os.Getenv("EPPKIT_TIMEOUT_CONFIG"))
-	gomega.Expect(err).NotTo(gomega.HaveOccurred())
-	sourceName := os.Getenv("EPPKIT_ENDPOINT_SOURCE")
-	if sourceName == "" {
-		sourceName = "static"
-	}
-	source, err := conformance.NewEndpointSource(sourceName)
-	gomega.Expect(err).NotTo(gomega.HaveOccurred())
-	target, err := conformance.NewCommandTarget("reference", conformance.ReferenceCommand)
+	timeouts, err := harness.LoadTimeoutConfig(os.Getenv("EPPKIT_TIMEOUT_CONFIG"))
 	gomega.Expect(err).NotTo(gomega.HaveOccurred())
 	configFile := os.Getenv("EPPKIT_CONFIG_FILE")
 	if configFile == "" {
-		configFile = defaultConfigFile
+		configFile = filepath.Join(moduleRoot(), "manifests", "epp-configs", "conformance.yaml")
+	}
+	reportDir := os.Getenv("EPPKIT_REPORT_OUTPUT")
+	if reportDir == "" {
+		reportDir = filepath.Join(moduleRoot(), "out", "suites", "conformance")
 	}
 	seed := testseed.Seed()
-	suite, err = conformance.StartHarness(context.Background(), conformance.HarnessConfig{
-		Target: target, Source: source, Eppkit: bin, ConfigFile: configFile,
-		LogDir: ginkgo.GinkgoT().TempDir(), Timeouts: timeouts, Seed: seed,
-		Logger: slog.New(slog.NewTextHandler(ginkgo.GinkgoWriter, nil)),
+	session, err = conformance.Start(context.Background(), conformance.Options{
+		Target: "reference", EndpointSource: os.Getenv("EPPKIT_ENDPOINT_SOURCE"), Eppkit: bin, ConfigFile: configFile,
+		AllFeatures: true, Timeouts: timeouts, Seed: seed, LogDir: ginkgo.GinkgoT().TempDir(),
+		ReportDir: reportDir, Implementation: confv1.Implementation{Organization: "eppkit", Project: "reference-epp",
+			URL: "https://github.com/eppkit/eppkit", Version: version.Version(), Contact: []string{"https://github.com/eppkit/eppkit/issues"}},
+		Out: ginkgo.GinkgoWriter, Err: ginkgo.GinkgoWriter, Logger: slog.New(slog.NewTextHandler(ginkgo.GinkgoWriter, nil)),
 	})
 	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "start the harness (seed %d)", seed)
-	ginkgo.DeferCleanup(suite.Close)
-}, ginkgo.NodeTimeout(conformance.DefaultTimeoutConfig().TargetReady.D()*3))
+}, ginkgo.NodeTimeout(harness.DefaultTimeoutConfig().TargetReady.D()*3))
+
+// AfterSuite writes the reports (every test the label filter left out is reported skipped) and
+// stops the harness. Failed tests already failed their specs, so only a harness or report
+// error fails here.
+var _ = ginkgo.AfterSuite(func() {
+	if session == nil {
+		return
+	}
+	res, err := session.Finish()
+	if ee, ok := err.(*conformance.ExitError); ok && ee.Code == conformance.ExitTestFailed {
+		err = nil
+	}
+	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "write the reports")
+	ginkgo.GinkgoWriter.Printf("reports: %v, %s, %s\n", res.Reports.Reports, res.Reports.JUnit, res.Reports.Summary)
+})
 
 // The spec tree: built from the registry when the suite's tree is constructed.
 var _ = func() bool {
@@ -94,17 +116,19 @@ var _ = func() bool {
 			for _, ct := range tests {
 				labels := append([]string{suiteLabel}, conformance.Labels(ct)...)
 				ginkgo.It(ct.ShortName+": "+ct.Description, ginkgo.Label(labels...), func() {
-					if reason := selection.SkipReason(ct); reason != "" {
+					if reason := session.SkipReason(ct); reason != "" {
 						ginkgo.Skip(reason)
 					}
-					ginkgo.DeferCleanup(func() {
-						if ginkgo.CurrentSpecReport().Failed() {
-							ginkgo.AddReportEntry("reproduce", fmt.Sprintf(
-								"seed %d; EPPKIT_SEED=%d go run github.com/onsi/ginkgo/v2/ginkgo --focus=%q ./suites/conformance (or: %s)",
-								suite.Seed, suite.Seed, ct.ShortName, conformance.RunAloneCommand(ct)))
-						}
-					})
-					ct.Run(ginkgo.GinkgoT(), suite)
+					res := session.RunOne(ct)
+					ginkgo.GinkgoWriter.Print(res.Log)
+					switch res.Outcome {
+					case conformance.Skipped:
+						ginkgo.Skip(res.Message)
+					case conformance.Failed:
+						ginkgo.AddReportEntry("reproduce", testseed.Repro{Seed: session.Seed(), Suite: "conformance", Focus: ct.ShortName}.String()+
+							" (or: "+conformance.RunAloneCommand(ct)+")")
+						ginkgo.Fail(res.Message)
+					}
 				})
 			}
 		})

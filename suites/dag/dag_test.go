@@ -9,11 +9,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/eppkit/eppkit/internal/testseed"
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"
 	"github.com/onsi/gomega/gbytes"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/eppkit/eppkit/internal/testseed"
 
 	"github.com/eppkit/eppkit/reference/framework"
 )

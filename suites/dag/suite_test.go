@@ -15,11 +15,12 @@
 package dag_test
 
 import (
-	"fmt"
 	"testing"
 
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"
+
+	"github.com/eppkit/eppkit/internal/testseed"
 )
 
 func TestDAG(t *testing.T) {
@@ -29,6 +30,5 @@ func TestDAG(t *testing.T) {
 
 // repro is the failure annotation of a randomised spec: the seed and the command that reruns it.
 func repro(seed int64) string {
-	return fmt.Sprintf("seed %d; reproduce with: EPPKIT_SEED=%d go run github.com/onsi/ginkgo/v2/ginkgo --race --label-filter=dag --focus=%q ./suites/dag",
-		seed, seed, ginkgo.CurrentSpecReport().LeafNodeText)
+	return testseed.Repro{Seed: seed, Suite: "dag", LabelFilter: "dag", Focus: ginkgo.CurrentSpecReport().LeafNodeText, Race: true}.String()
 }

@@ -8,7 +8,7 @@ import (
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"
 
-	"github.com/eppkit/eppkit/conformance/apiserver"
+	"github.com/eppkit/eppkit/conformance/endpointsource/apiserver"
 	"github.com/eppkit/eppkit/reference/discovery"
 )
 

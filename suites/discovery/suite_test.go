@@ -1,5 +1,5 @@
 // Package discovery_test cross-checks two sides of the apiserver endpoint source against a real
-// kube-apiserver v1.37.2 + etcd v3.6.11 (tools/k8s-v1.37.2): what conformance/apiserver writes
+// kube-apiserver v1.37.2 + etcd v3.6.11 (tools/k8s-v1.37.2): what conformance/endpointsource/apiserver writes
 // (an InferencePool of gateway-api-inference-extension v1.5.0's CRD and Ready Pods carrying the
 // fleet's IPs) is what the reference EPP's InferencePool discovery (reference/discovery) reads,
 // including Pods turning not-Ready, deletions and additions (the EndpointChurn moves), and
@@ -24,7 +24,7 @@ import (
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"
 
-	"github.com/eppkit/eppkit/conformance/apiserver"
+	"github.com/eppkit/eppkit/conformance/endpointsource/apiserver"
 )
 
 func TestDiscovery(t *testing.T) {

@@ -257,7 +257,9 @@ var _ = ginkgo.Describe("EPP metrics", ginkgo.Label(suiteLabel), func() {
 	})
 })
 
-var _ = ginkgo.Describe("Process kubelet", ginkgo.Label(suiteLabel), func() {
+// The process kubelet's own behaviour: local provider only (make e2e filters it out on kind and
+// existing with the label local-only).
+var _ = ginkgo.Describe("Process kubelet", ginkgo.Label(suiteLabel, "local-only"), func() {
 	ginkgo.When("a pod's image maps to no local binary", func() {
 		ginkgo.It("should leave it Pending with reason ErrImageNotMapped instead of hanging", func(ctx context.Context) {
 			if !processKubelet(ctx) {

@@ -7,6 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/eppkit/eppkit/conformance/cluster/apply"
 	"github.com/eppkit/eppkit/manifests"
 )
 
@@ -27,7 +28,6 @@ func TestModesPerProvider(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct{ gw, reach, want string }{
-		{gatewayStandin, reachPortForward, "needs --reach direct"},
 		{"nginx", reachDirect, `--gateway "nginx"`},
 		{gatewayEnvoy, "vpn", `--reach "vpn"`},
 	} {
@@ -37,6 +37,10 @@ func TestModesPerProvider(t *testing.T) {
 	}
 	if err := checkModes(gatewayEnvoy, reachDirect); err != nil {
 		t.Errorf("Envoy with direct reach refused: %v", err)
+	}
+	// kind without Envoy's image: the stand-in dials pods through port-forwards.
+	if err := checkModes(gatewayStandin, reachPortForward); err != nil {
+		t.Errorf("stand-in through port-forwards refused: %v", err)
 	}
 }
 
@@ -50,7 +54,7 @@ func TestBindAllInterfaces(t *testing.T) {
 	rewritten := 0
 	for _, o := range objs {
 		before := o.DeepCopy()
-		if err := bindAllInterfaces(o); err != nil {
+		if err := apply.BindAllInterfaces(o); err != nil {
 			t.Fatalf("%s %s: %v", o.GetKind(), o.GetName(), err)
 		}
 		if o.GetKind() != "Deployment" {

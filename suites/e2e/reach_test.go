@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os/exec"
 	"sort"
 	"strconv"
 	"sync"
@@ -28,7 +29,8 @@ import (
 // How the suite reaches the cluster (--gateway, --reach; defaults per provider in defaultsFor).
 const (
 	// gatewayStandin is fakes/gateway/clustergw in this process: it resolves InferencePool →
-	// endpointPickerRef Service → EndpointSlice itself and dials pod IPs (needs reachDirect).
+	// endpointPickerRef Service → EndpointSlice itself and dials pod IPs, directly or through
+	// port-forwards.
 	gatewayStandin = "standin"
 	// gatewayEnvoy is the Envoy Deployment of manifests/k8s, reached by port-forward (or
 	// directly): listener EnvoyFailOpenPort behaves as FailOpen, EnvoyFailClosePort as FailClose.
@@ -56,10 +58,18 @@ func checkModes(gw, reach string) error {
 		return fmt.Errorf("--gateway %q: want %s or %s", gw, gatewayStandin, gatewayEnvoy)
 	case reach != reachDirect && reach != reachPortForward:
 		return fmt.Errorf("--reach %q: want %s or %s", reach, reachDirect, reachPortForward)
-	case gw == gatewayStandin && reach != reachDirect:
-		return fmt.Errorf("--gateway %s dials pod IPs from this process: it needs --reach %s (use --gateway %s with --reach %s)", gatewayStandin, reachDirect, gatewayEnvoy, reachPortForward)
 	}
 	return nil
+}
+
+// kindGateway is the kind provider's gateway: Envoy when the engine holds its image (the node
+// cannot pull it), else the stand-in; the reason says which and why.
+func kindGateway(ctx context.Context) (gw, why string) {
+	engine := "docker"
+	if err := exec.CommandContext(ctx, engine, "image", "inspect", manifests.EnvoyImage).Run(); err != nil {
+		return gatewayStandin, fmt.Sprintf("%s is not in %s (no registry to pull it from): eppkit's gateway stand-in, through port-forwards", manifests.EnvoyImage, engine)
+	}
+	return gatewayEnvoy, manifests.EnvoyImage + " is in " + engine + ", loaded into the node"
 }
 
 // podAddr returns a host:port reaching the pod's port from this process: the pod IP (direct) or

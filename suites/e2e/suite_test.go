@@ -11,9 +11,14 @@
 //     InferencePool → endpointPickerRef Service → EndpointSlice → EPP pod IP itself and dials pod
 //     IPs directly (the local pod range is local to this machine).
 //   - kind (conformance/cluster/kind: sigs.k8s.io/kind in process; needs Docker, Podman or
-//     nerdctl and the image eppkit:dev built locally, `make image`). Gateway: Envoy
-//     (manifests/k8s/envoy.yaml; listener 8081 = FailOpen, 8082 = FailClose), reached through
-//     the API server's pods/portforward, as are the EPP's /metrics and the fake vLLM admin API.
+//     nerdctl — hack/container-engine.sh — and the image eppkit:dev built locally, `make image`).
+//     The node image is the pinned kindest/node when the engine has or can pull it, else the
+//     offline one of `eppkit tools build kind-node` (--node-image / EPPKIT_KIND_NODE_IMAGE
+//     choose; "offline" asks for that one). Gateway: Envoy (manifests/k8s/envoy.yaml; listener
+//     8081 = FailOpen, 8082 = FailClose) when its image is in the engine (it is loaded into the
+//     node), else the stand-in dialling pods through port-forwards. Pods are reached through
+//     the API server's pods/portforward only (the EPP's /metrics, the fake vLLM admin API).
+//     A listed cluster of the suite's name with no Ready node is deleted and created again.
 //   - existing (any kubeconfig, --context): as kind. Against the local provider's kubeconfig the
 //     process kubelet cannot run Envoy (no Envoy binary): the specs that send requests are then
 //     skipped with that reason, and the rest run through port-forwards.
@@ -100,6 +105,7 @@ var (
 	flagGateway     = flag.String("gateway", os.Getenv("EPPKIT_E2E_GATEWAY"), "gateway: standin or envoy (env EPPKIT_E2E_GATEWAY; default standin on local, envoy elsewhere)")
 	flagImage       = flag.String("image", os.Getenv("EPPKIT_E2E_IMAGE"), "run the manifests' eppkit image as this one (env EPPKIT_E2E_IMAGE; for existing clusters that pull from a registry)")
 	flagReach       = flag.String("reach", os.Getenv("EPPKIT_E2E_REACH"), "how pods are reached: direct or port-forward (env EPPKIT_E2E_REACH; default direct on local, port-forward elsewhere)")
+	flagNodeImage   = flag.String("node-image", os.Getenv(kind.NodeImageEnv), "kind node image, or \"offline\" for the one of `eppkit tools build kind-node` (env "+kind.NodeImageEnv+"; default: the pinned kindest/node when it can be had, else the offline one)")
 )
 
 func envOr(k, def string) string {
@@ -139,8 +145,8 @@ var e *env
 var _ = ginkgo.JustAfterEach(func() {
 	if ginkgo.CurrentSpecReport().Failed() {
 		seed := testseed.Seed()
-		ginkgo.GinkgoWriter.Printf("seed %d; reproduce with: EPPKIT_SEED=%d EPPKIT_PROVIDER=%s go run github.com/onsi/ginkgo/v2/ginkgo --label-filter=%s --focus=%q ./suites/e2e\n",
-			seed, seed, *flagProvider, suiteLabel, ginkgo.CurrentSpecReport().LeafNodeText)
+		ginkgo.GinkgoWriter.Println(testseed.Repro{Seed: seed, Suite: "e2e", LabelFilter: suiteLabel,
+			Focus: ginkgo.CurrentSpecReport().LeafNodeText, Env: []string{"EPPKIT_PROVIDER=" + *flagProvider}})
 		if e != nil {
 			dump(context.Background(), e)
 		}
@@ -168,7 +174,7 @@ func newProvider(name string) (cluster.Provider, error) {
 	case "kind":
 		// Needs a container engine (Create fails with kind.ErrNoContainerEngine otherwise) and
 		// the image eppkit:dev built locally (`make image`); LoadImage imports it into the nodes.
-		return kind.New(kind.Options{Name: *flagClusterName, Log: ginkgo.GinkgoWriter})
+		return kind.New(kind.Options{Name: *flagClusterName, NodeImage: *flagNodeImage, RecreateUnready: true, Log: ginkgo.GinkgoWriter})
 	}
 	return nil, fmt.Errorf("--provider %q: want local, kind or existing", name)
 }
@@ -176,14 +182,19 @@ func newProvider(name string) (cluster.Provider, error) {
 var _ = ginkgo.BeforeSuite(func(ctx context.Context) {
 	seed := testseed.Seed()
 	gwMode, reach := defaultsFor(*flagProvider)
+	gwWhy := "the provider's default"
+	if *flagProvider == "kind" {
+		gwMode, gwWhy = kindGateway(ctx)
+	}
 	if *flagGateway != "" {
-		gwMode = *flagGateway
+		gwMode, gwWhy = *flagGateway, "--gateway / EPPKIT_E2E_GATEWAY"
 	}
 	if *flagReach != "" {
 		reach = *flagReach
 	}
 	gomega.Expect(checkModes(gwMode, reach)).To(gomega.Succeed())
-	ginkgo.GinkgoWriter.Printf("e2e: provider %s, gateway %s, reach %s, seed %d\n", *flagProvider, gwMode, reach, seed)
+	ginkgo.GinkgoWriter.Printf("e2e: provider %s, gateway %s (%s), reach %s, seed %d\n", *flagProvider, gwMode, gwWhy, reach, seed)
+	ginkgo.AddReportEntry("gateway", fmt.Sprintf("%s (%s)", gwMode, gwWhy), ginkgo.ReportEntryVisibilityAlways)
 	p, err := newProvider(*flagProvider)
 	gomega.Expect(err).NotTo(gomega.HaveOccurred())
 	start := time.Now()
@@ -191,6 +202,13 @@ var _ = ginkgo.BeforeSuite(func(ctx context.Context) {
 	what := fmt.Sprintf("%s cluster %q", p.Name(), *flagClusterName)
 	if p.Name() == "existing" {
 		what = "existing cluster (kubeconfig " + p.KubeconfigPath() + ")"
+	}
+	if kp, ok := p.(*kind.Provider); ok {
+		if img, why := kp.NodeImage(); img != "" {
+			what += fmt.Sprintf(", node image %s (%s)", img, why)
+		} else {
+			what += " (reused)"
+		}
 	}
 	ginkgo.AddReportEntry("cluster up", fmt.Sprintf("%s up in %s", what, time.Since(start).Round(time.Millisecond)), ginkgo.ReportEntryVisibilityAlways)
 	e = &env{provider: p, seed: seed, gateway: gwMode, reach: reach}
@@ -206,6 +224,10 @@ var _ = ginkgo.BeforeSuite(func(ctx context.Context) {
 		ginkgo.GinkgoWriter.Printf("e2e: %s cannot load images (%v): %s must be pullable by the cluster (--image / EPPKIT_E2E_IMAGE names another)\n", p.Name(), err, manifests.Image)
 	} else {
 		gomega.Expect(err).NotTo(gomega.HaveOccurred())
+	}
+	if p.Name() == "kind" && gwMode == gatewayEnvoy {
+		// The node cannot pull: Envoy's image comes from the engine too.
+		gomega.Expect(p.LoadImage(ctx, manifests.EnvoyImage)).To(gomega.Succeed())
 	}
 	e.rest, err = clientcmd.BuildConfigFromFlags("", p.KubeconfigPath())
 	gomega.Expect(err).NotTo(gomega.HaveOccurred())
@@ -246,7 +268,7 @@ var _ = ginkgo.BeforeSuite(func(ctx context.Context) {
 	gomega.Expect(err).NotTo(gomega.HaveOccurred())
 	mutators := []func(*unstructured.Unstructured) error{tuneEPP}
 	if !processKubelet(ctx) {
-		mutators = append(mutators, bindAllInterfaces)
+		mutators = append(mutators, apply.BindAllInterfaces)
 	}
 	if *flagImage != "" {
 		mutators = append(mutators, apply.SetImage(manifests.Image, *flagImage))
@@ -372,41 +394,13 @@ func processKubelet(ctx context.Context) bool {
 	return len(nodes.Items) > 0
 }
 
-// bindAllInterfaces rewrites a container arg value "$(POD_IP)" (the manifests' --bind-address and
-// --host) to 0.0.0.0. The manifests bind the pod IP because the process kubelet's pods share one
-// network namespace, each on its own IP; in a real pod network namespace the pod IP alone would
-// refuse port-forwarded connections, which the container runtime dials on localhost inside the
-// pod (containerd's sandbox port-forward).
-func bindAllInterfaces(u *unstructured.Unstructured) error {
-	if u.GetKind() != "Deployment" {
-		return nil
-	}
-	containers, _, err := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
-	if err != nil {
-		return fmt.Errorf("deployment %s: %w", u.GetName(), err)
-	}
-	for i, c := range containers {
-		cm := c.(map[string]any)
-		args, _, _ := unstructured.NestedStringSlice(cm, "args")
-		if len(args) == 0 {
-			continue
-		}
-		out := make([]any, len(args))
-		for j, a := range args {
-			if a == "$(POD_IP)" && j > 0 && (args[j-1] == "--bind-address" || args[j-1] == "--host") {
-				a = "0.0.0.0"
-			}
-			out[j] = a
-		}
-		cm["args"] = out
-		containers[i] = cm
-	}
-	return unstructured.SetNestedSlice(u.Object, containers, "spec", "template", "spec", "containers")
-}
-
 func startGateway(ctx context.Context, pool string) *clustergw.Gateway {
-	gw, err := clustergw.New(clustergw.Config{Client: e.cs, Dynamic: e.dyn, Namespace: e.ns, Pool: pool,
-		MessageTimeout: requestTimeout, Logger: newLogger()})
+	cfg := clustergw.Config{Client: e.cs, Dynamic: e.dyn, Namespace: e.ns, Pool: pool, MessageTimeout: requestTimeout, Logger: newLogger()}
+	if e.reach == reachPortForward {
+		// Pod IPs (the EPP's, the picked endpoint's) through port-forwards, never routed.
+		cfg.Dial = e.forwards.PodDialer(portforward.LookupByIP(e.cs), e.ns)
+	}
+	gw, err := clustergw.New(cfg)
 	gomega.Expect(err).NotTo(gomega.HaveOccurred())
 	gomega.Expect(gw.Start(context.Background())).To(gomega.Succeed())
 	ginkgo.DeferCleanup(gw.Close)

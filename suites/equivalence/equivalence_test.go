@@ -3,9 +3,10 @@ package equivalence_test
 import (
 	"fmt"
 
-	"github.com/eppkit/eppkit/internal/testseed"
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"
+
+	"github.com/eppkit/eppkit/internal/testseed"
 
 	"github.com/eppkit/eppkit/reference/plugins/legacyprefix"
 )

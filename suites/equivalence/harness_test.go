@@ -16,11 +16,14 @@ import (
 	"github.com/onsi/ginkgo/v2"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/eppkit/eppkit/internal/mutant"
+	"github.com/eppkit/eppkit/internal/mutant/wrap"
+	"github.com/eppkit/eppkit/internal/prefixworkload"
+	"github.com/eppkit/eppkit/internal/testseed"
 	"github.com/eppkit/eppkit/reference/framework"
 	"github.com/eppkit/eppkit/reference/plugins"
 	"github.com/eppkit/eppkit/reference/plugins/filters"
 	"github.com/eppkit/eppkit/reference/plugins/prefix"
-	"github.com/eppkit/eppkit/reference/plugins/prefixworkload"
 )
 
 // Workload size (the brief: at least 20 seeds × 500 requests).
@@ -31,8 +34,7 @@ const (
 
 // reproCommand reproduces one workload.
 func reproCommand(base int64, focus string) string {
-	return fmt.Sprintf("EPPKIT_SEED=%d go run github.com/onsi/ginkgo/v2/ginkgo --race --label-filter=equivalence --focus=%q ./suites/equivalence",
-		base, focus)
+	return testseed.Repro{Seed: base, Suite: "equivalence", LabelFilter: "equivalence", Focus: focus, Race: true}.Command()
 }
 
 // shape is the per-workload configuration drawn from the workload's seed.
@@ -153,6 +155,10 @@ type pipeline struct {
 func suiteRegistry(sink *scoreSink) *framework.Registry {
 	reg := framework.NewRegistry()
 	plugins.RegisterAll(reg)
+	// In a mutant build (`make mutants`) the active mutant's wrapper plugin replaces the one it breaks.
+	if err := wrap.Registry(reg, mutant.Active()); err != nil {
+		panic(err)
+	}
 	reg.MustRegister(recorderType, recorderFactory(reg, sink))
 	reg.MustRegister(subsetFilterType, subsetFilterFactory)
 	reg.MustRegister(offByOneType, offByOneFactory)
@@ -256,7 +262,7 @@ func runWorkload(seed int64, legacyType string, n int, force func(*shape)) (d *d
 
 	pl := &pool{}
 	w := prefixworkload.New(rng, prefixworkload.Config{MaxBlocks: sh.MaxBlocks, PoolBlockSize: sh.PoolBlockSize,
-		SelectionHeader: sh.Filter == "header"})
+		SelectionHeader: sh.Filter == "header", AllAPIs: true})
 	pl.eps = w.InitialPool()
 
 	a, err := buildPipeline(ctx, sh.configYAML(legacyType, seed), seed, pl.list, logger)

@@ -12,9 +12,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/eppkit/eppkit/internal/testseed"
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"
+
+	"github.com/eppkit/eppkit/internal/testseed"
 
 	"github.com/eppkit/eppkit/fakes/fleet"
 	"github.com/eppkit/eppkit/fakes/vllm"
@@ -110,7 +111,7 @@ var _ = ginkgo.Describe("Fake vLLM fleet", ginkgo.Label("fakes"), func() {
 			}
 		})
 
-		ginkgo.It("should export every vllm metric name with model_name and the LoRA and cache-config labels", func() {
+		ginkgo.It("should export every vllm metric name with model_name and engine and the LoRA and cache-config labels", func() {
 			m := f.Member(2)
 			resp, b := postJSON(m.URL()+"/v1/completions", fmt.Sprintf(`{"model":%q,"prompt":"count me","max_tokens":3}`, baseModel))
 			gomega.Expect(resp.StatusCode).To(gomega.Equal(http.StatusOK), "body %s", b)
@@ -119,14 +120,17 @@ var _ = ginkgo.Describe("Fake vLLM fleet", ginkgo.Label("fakes"), func() {
 				gomega.Expect(fams).To(gomega.HaveKey(name), "metric family %s", name)
 			}
 			for _, name := range []string{vllm.MetricRunning, vllm.MetricWaiting, vllm.MetricKVCacheUsage, vllm.MetricPromptTokens, vllm.MetricGenerationTokens, vllm.MetricTTFT} {
-				gomega.Expect(labels(fams[name].GetMetric()[0])).To(gomega.HaveKeyWithValue("model_name", baseModel), "metric %s", name)
+				gomega.Expect(labels(fams[name].GetMetric()[0])).To(gomega.And(gomega.HaveKeyWithValue("model_name", baseModel),
+					gomega.HaveKeyWithValue("engine", "0")), "metric %s", name)
 			}
 			lora := fams[vllm.MetricLoraInfo].GetMetric()
 			gomega.Expect(lora).To(gomega.HaveLen(1))
 			gomega.Expect(labels(lora[0])).To(gomega.BeComparableTo(map[string]string{"max_lora": "2", "running_lora_adapters": "", "waiting_lora_adapters": ""}))
 			gomega.Expect(lora[0].GetGauge().GetValue()).To(gomega.BeNumerically(">", 1.7e9), "value is the update time in unix seconds")
 			cc := fams[vllm.MetricCacheConfig].GetMetric()
-			gomega.Expect(labels(cc[0])).To(gomega.BeComparableTo(map[string]string{"block_size": "16", "num_gpu_blocks": "1024"}))
+			// vLLM labels the family with every CacheConfig field and the engine.
+			gomega.Expect(labels(cc[0])).To(gomega.And(gomega.HaveKeyWithValue("block_size", "16"),
+				gomega.HaveKeyWithValue("num_gpu_blocks", "1024"), gomega.HaveKeyWithValue("engine", "0")))
 			gomega.Expect(fams[vllm.MetricGenerationTokens].GetMetric()[0].GetCounter().GetValue()).To(gomega.Equal(3.0))
 			var lengthCount float64
 			for _, s := range fams[vllm.MetricRequestSuccess].GetMetric() {

@@ -1,6 +1,6 @@
 // Package fakes_test is the local end-to-end suite of eppkit's fake vLLM server (fakes/vllm) and
 // fleet (fakes/fleet), SPEC.md §7: real HTTP against servers on loopback addresses, streaming and
-// not, Prometheus metrics parsed with expfmt, the upstream GIE sim-deployment argument list, the
+// not, Prometheus metrics parsed with expfmt (internal/promscrape), the upstream GIE sim-deployment argument list, the
 // prefix cache, data-parallel ranks, /admin/config validation and every failure kind.
 //
 // Run it alone:
@@ -23,12 +23,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/eppkit/eppkit/internal/testseed"
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
+
+	"github.com/eppkit/eppkit/internal/promscrape"
+	"github.com/eppkit/eppkit/internal/testseed"
 
 	"github.com/eppkit/eppkit/fakes/vllm"
 )
@@ -53,8 +53,8 @@ func TestFakes(t *testing.T) {
 var _ = ginkgo.JustAfterEach(func() {
 	if ginkgo.CurrentSpecReport().Failed() {
 		seed := testseed.Seed()
-		ginkgo.GinkgoWriter.Printf("seed %d; reproduce with: EPPKIT_SEED=%d go run github.com/onsi/ginkgo/v2/ginkgo --race --label-filter=fakes --focus=%q ./suites/fakes\n",
-			seed, seed, ginkgo.CurrentSpecReport().LeafNodeText)
+		ginkgo.GinkgoWriter.Println(testseed.Repro{Seed: seed, Suite: "fakes", LabelFilter: "fakes",
+			Focus: ginkgo.CurrentSpecReport().LeafNodeText, Race: true})
 	}
 })
 
@@ -144,16 +144,11 @@ func readSSE(r io.Reader) (sseStream, error) {
 	return s, sc.Err()
 }
 
-// scrape fetches url/metrics and parses it with expfmt.
+// scrape fetches url/metrics and parses it with expfmt (internal/promscrape).
 func scrape(url string) map[string]*dto.MetricFamily {
 	ginkgo.GinkgoHelper()
-	resp, err := client.Get(url + "/metrics")
-	gomega.Expect(err).NotTo(gomega.HaveOccurred())
-	defer resp.Body.Close()
-	gomega.Expect(resp.StatusCode).To(gomega.Equal(http.StatusOK))
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(resp.Body)
-	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "parsing %s/metrics", url)
+	fams, err := promscrape.Get(context.Background(), client, url+"/metrics")
+	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "scraping %s/metrics", url)
 	return fams
 }
 

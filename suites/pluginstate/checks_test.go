@@ -12,6 +12,8 @@ import (
 
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/eppkit/eppkit/internal/mutant"
+	"github.com/eppkit/eppkit/internal/mutant/wrap"
 	"github.com/eppkit/eppkit/reference/framework"
 	"github.com/eppkit/eppkit/reference/plugins"
 	"github.com/eppkit/eppkit/reference/plugins/prefix"
@@ -100,6 +102,10 @@ type env struct {
 func newEnv(ctx context.Context, v variant, m mode, seed int64) (*env, error) {
 	reg := framework.NewRegistry()
 	plugins.RegisterAll(reg)
+	// In a mutant build (`make mutants`) the active mutant's wrapper plugin replaces the one it breaks.
+	if err := wrap.Registry(reg, mutant.Active()); err != nil {
+		return nil, err
+	}
 	reg.MustRegister(scoreOnlyProducerType, scoreOnlyProducerFactory)
 	reg.MustRegister(observerType, observerFactory)
 	if v == variantScoreOnly {

@@ -4,9 +4,10 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/eppkit/eppkit/internal/testseed"
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"
+
+	"github.com/eppkit/eppkit/internal/testseed"
 )
 
 // runChecks runs every check on a fresh env each and returns the names of the checks that

@@ -27,9 +27,10 @@ import (
 	"os"
 	"testing"
 
-	"github.com/eppkit/eppkit/internal/testseed"
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"
+
+	"github.com/eppkit/eppkit/internal/testseed"
 )
 
 func TestPluginState(t *testing.T) {
@@ -39,8 +40,7 @@ func TestPluginState(t *testing.T) {
 
 // repro is the failure annotation of a spec: the seed and the command that reruns it.
 func repro(seed int64, spec string) string {
-	return fmt.Sprintf("seed %d; reproduce with: EPPKIT_SEED=%d go run github.com/onsi/ginkgo/v2/ginkgo --race --label-filter=pluginstate --focus=%q ./suites/pluginstate",
-		seed, seed, spec)
+	return testseed.Repro{Seed: seed, Suite: "pluginstate", LabelFilter: "pluginstate", Focus: spec, Race: true}.String()
 }
 
 var _ = ginkgo.ReportAfterEach(func(r ginkgo.SpecReport) {

@@ -18,11 +18,12 @@
 package predictedlatency_test
 
 import (
-	"fmt"
 	"testing"
 
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"
+
+	"github.com/eppkit/eppkit/internal/testseed"
 )
 
 // suiteLabel selects this suite.
@@ -35,6 +36,6 @@ func TestPredictedLatency(t *testing.T) {
 
 // repro is the failure annotation of a randomised spec.
 func repro(seed int64) string {
-	return fmt.Sprintf("seed %d; reproduce with: EPPKIT_SEED=%d go run github.com/onsi/ginkgo/v2/ginkgo --race --label-filter=%s --focus=%q ./suites/predictedlatency",
-		seed, seed, suiteLabel, ginkgo.CurrentSpecReport().LeafNodeText)
+	return testseed.Repro{Seed: seed, Suite: "predictedlatency", LabelFilter: suiteLabel,
+		Focus: ginkgo.CurrentSpecReport().LeafNodeText, Race: true}.String()
 }

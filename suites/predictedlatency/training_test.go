@@ -47,7 +47,7 @@ func (s *stream) chunk(d time.Duration, b string) {
 func (s *stream) end(d time.Duration, usage int, eos bool) {
 	s.clk.Step(d)
 	if usage > 0 {
-		s.resp.Usage = &framework.Usage{CompletionTokens: usage}
+		s.resp.Usage = &framework.Usage{CompletionTokens: &usage}
 	}
 	s.resp.EndOfStream = eos
 	s.rt.ResponseComplete(s.ctx, s.req, s.resp)

@@ -5,9 +5,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 
-	"github.com/eppkit/eppkit/internal/testseed"
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"
+
+	"github.com/eppkit/eppkit/internal/testseed"
 
 	"github.com/eppkit/eppkit/fakes/gateway/extprocclient"
 )

@@ -24,12 +24,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/eppkit/eppkit/internal/testseed"
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/eppkit/eppkit/internal/testseed"
 
 	"github.com/eppkit/eppkit/fakes/fleet"
 	"github.com/eppkit/eppkit/fakes/gateway/extprocclient"
@@ -72,8 +73,8 @@ func TestRouting(t *testing.T) {
 var _ = ginkgo.JustAfterEach(func() {
 	if ginkgo.CurrentSpecReport().Failed() {
 		seed := testseed.Seed()
-		ginkgo.GinkgoWriter.Printf("seed %d; reproduce with: EPPKIT_SEED=%d go run github.com/onsi/ginkgo/v2/ginkgo --race --label-filter=%s --focus=%q ./suites/routing\n",
-			seed, seed, suiteLabel, ginkgo.CurrentSpecReport().LeafNodeText)
+		ginkgo.GinkgoWriter.Println(testseed.Repro{Seed: seed, Suite: "routing", LabelFilter: suiteLabel,
+			Focus: ginkgo.CurrentSpecReport().LeafNodeText, Race: true})
 	}
 })
 

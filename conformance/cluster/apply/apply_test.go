@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
-	"github.com/eppkit/eppkit/conformance/apiserver"
+	"github.com/eppkit/eppkit/conformance/endpointsource/apiserver"
 	"github.com/eppkit/eppkit/manifests"
 )
 
@@ -168,17 +168,22 @@ func TestApplyManifestsToAPIServer(t *testing.T) {
 	otherNS := objs[len(objs)-1].DeepCopy()
 	otherNS.SetNamespace("elsewhere")
 	mutateErr := func(o *unstructured.Unstructured) error { return errors.New("no") }
+	// The first namespaced object, after the CRDs: the first one a namespace-less Apply refuses.
+	first := 0
+	for first < len(objs) && objs[first].GetKind() == "CustomResourceDefinition" {
+		first++
+	}
 	tests := []struct {
 		name    string
 		objs    []*unstructured.Unstructured
 		opts    Options
 		wantErr []string
 	}{
-		{"no namespace", objs, Options{}, []string{"apply " + objs[2].GetKind() + "/" + objs[2].GetName() + ":", "Options.Namespace is empty"}},
+		{"no namespace", objs, Options{}, []string{"apply " + objs[first].GetKind() + "/" + objs[first].GetName() + ":", "Options.Namespace is empty"}},
 		{"object in another namespace", []*unstructured.Unstructured{otherNS}, Options{Namespace: "e2e-a"},
 			[]string{otherNS.GetKind() + "/" + otherNS.GetName(), `names namespace "elsewhere"`}},
 		{"schema violation", objs, Options{Namespace: "e2e-a", Mutate: badPool}, []string{"apply InferencePool/fake-vllm", "Sometimes"}},
-		{"Mutate error", objs[2:], Options{Namespace: "e2e-a", Mutate: mutateErr}, []string{"Mutate: no"}},
+		{"Mutate error", objs[first:], Options{Namespace: "e2e-a", Mutate: mutateErr}, []string{"Mutate: no"}},
 		{"unknown kind", []*unstructured.Unstructured{{Object: map[string]any{"apiVersion": "example.com/v1", "kind": "Nope", "metadata": map[string]any{"name": "x"}}}},
 			Options{Namespace: "e2e-a"}, []string{"apply Nope/x: no API for example.com/v1, Kind=Nope"}},
 	}

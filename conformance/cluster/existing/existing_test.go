@@ -20,9 +20,9 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/eppkit/eppkit/conformance/apiserver"
 	"github.com/eppkit/eppkit/conformance/cluster"
 	"github.com/eppkit/eppkit/conformance/cluster/apply"
+	"github.com/eppkit/eppkit/conformance/endpointsource/apiserver"
 )
 
 // writeKubeconfig writes a kubeconfig with contexts "a" and "b" (current: b); cluster a's CA is a

@@ -4,7 +4,12 @@
 //
 //   - Create reuses a running cluster of the same name (its kubeconfig is exported again), or
 //     creates one from manifests/kind/cluster.yaml (typed v1alpha4 config) with the node image
-//     pinned by digest. A failed create exports the cluster's logs, then deletes it.
+//     pinned by digest — or, when that image can be neither found nor pulled, the offline node
+//     image of `eppkit tools build kind-node` (ResolveNodeImage says which and why). A failed
+//     create exports the cluster's logs, deletes it, and is retried once (logged).
+//   - Host adaptation (HostPatches): on a cgroup v1 host kubelet v1.37 refuses to start unless
+//     its KubeletConfiguration says failCgroupV1: false, so Create adds that kubeadm patch with a
+//     warning; the offline image's own patches (its etcd version) are added when it is used.
 //   - LoadImage saves a local image with the engine (`docker save -o`) and imports the archive
 //     into containerd on every node (`ctr --namespace=k8s.io images import --digests
 //     --snapshotter=S -`), without --all-platforms (see LoadImage).
@@ -37,12 +42,26 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/eppkit/eppkit/conformance/cluster"
+	"github.com/eppkit/eppkit/internal/hostinfo"
 	"github.com/eppkit/eppkit/internal/toolcache"
 	"github.com/eppkit/eppkit/manifests"
 )
 
 // DefaultName is the cluster name when Options.Name is "".
 const DefaultName = "eppkit"
+
+// OfflineNodeImage is the Options.NodeImage (and EPPKIT_KIND_NODE_IMAGE) value that selects the
+// node image `eppkit tools build kind-node` built (toolcache.KindNodeImageTag).
+const OfflineNodeImage = "offline"
+
+// NodeImageEnv is the environment variable the e2e suite and `eppkit conformance --target
+// cluster --provider kind` read Options.NodeImage from.
+const NodeImageEnv = "EPPKIT_KIND_NODE_IMAGE"
+
+// CgroupV1Patch is the kubeadm patch Create adds on a cgroup v1 host: kubelet v1.37 refuses
+// cgroup v1 unless failCgroupV1 is false (k8s.io/kubernetes@v1.37.2
+// pkg/kubelet/apis/config/v1beta1/defaults.go defaults it to true; validation_linux.go refuses).
+const CgroupV1Patch = "kind: KubeletConfiguration\nfailCgroupV1: false\n"
 
 // DefaultNodeImage is kind v0.33.0's default node image, Kubernetes v1.37.0 pinned by digest
 // (sigs.k8s.io/kind@v0.33.0 pkg/apis/config/defaults/image.go); manifests/kind/cluster.yaml names
@@ -96,7 +115,8 @@ type Options struct {
 	// Its name is replaced by Name; nodes without an image get NodeImage.
 	Config []byte
 	// NodeImage, when set, replaces the image of every node (default: each node's own image,
-	// else DefaultNodeImage). Pin it by digest.
+	// else DefaultNodeImage). Pin it by digest. OfflineNodeImage ("offline") selects the image
+	// of `eppkit tools build kind-node`.
 	NodeImage string
 	// Engine is the container engine binary for `save` and for kind: "docker", "podman" or
 	// "nerdctl" ("" = kind's detection: docker, then nerdctl, then podman).
@@ -111,14 +131,27 @@ type Options struct {
 	KeepOnFailure bool
 	// FailureLogDir receives the logs of a failed create ("" = Dir/create-failure-logs).
 	FailureLogDir string
-	// Log receives kind's progress lines (nil = discarded).
+	// Log receives kind's progress lines and the provider's warnings (nil = discarded).
 	Log io.Writer
+	// RecreateUnready deletes and recreates a cluster of this name that kind lists but that has
+	// no Ready node within ReuseWait (a stale cluster of an earlier, interrupted run). Only for
+	// names this run owns; by default such a cluster is an error and left alone.
+	RecreateUnready bool
+	// ReuseWait bounds the Ready-node wait of a reused cluster when RecreateUnready (default 1m).
+	ReuseWait time.Duration
+	// CreateAttempts is how many times a failed create is tried (default 2: one retry, logged;
+	// 1 with KeepOnFailure).
+	CreateAttempts int
 
 	// Cluster, Runner and NodesReady replace the kind library, the host command runner and the
 	// Ready-node wait (tests). nil = the real ones.
 	Cluster    Cluster
 	Runner     Runner
 	NodesReady func(ctx context.Context, kubeconfig string, timeout time.Duration) error
+	// Cgroups and OfflineImage replace the host's cgroup mode and the offline node image's stamp
+	// (tests). nil = hostinfo.Cgroups and toolcache.ReadNodeImageStamp.
+	Cgroups      func() (hostinfo.CgroupMode, error)
+	OfflineImage func() (*toolcache.NodeImageStamp, error)
 }
 
 // Provider is the kind cluster provider (cluster.Provider).
@@ -126,6 +159,8 @@ type Provider struct {
 	opts     Options
 	noEngine bool
 	reused   bool
+	// nodeImage and nodeImageWhy are what the last Create chose and why.
+	nodeImage, nodeImageWhy string
 }
 
 var _ cluster.Provider = (*Provider)(nil)
@@ -177,6 +212,21 @@ func New(opts Options) (*Provider, error) {
 	if opts.NodesReady == nil {
 		opts.NodesReady = waitReadyNode
 	}
+	if opts.Cgroups == nil {
+		opts.Cgroups = hostinfo.Cgroups
+	}
+	if opts.OfflineImage == nil {
+		opts.OfflineImage = toolcache.ReadNodeImageStamp
+	}
+	if opts.ReuseWait <= 0 {
+		opts.ReuseWait = time.Minute
+	}
+	if opts.CreateAttempts <= 0 {
+		opts.CreateAttempts = 2
+		if opts.KeepOnFailure {
+			opts.CreateAttempts = 1
+		}
+	}
 	p.opts = opts
 	// Fail now, not in Create, on a config that cannot be used.
 	if _, err := p.ClusterConfig(); err != nil {
@@ -196,6 +246,91 @@ func (p *Provider) KubeconfigPath() string { return filepath.Join(p.opts.Dir, "k
 
 // Reused reports whether the last Create found the cluster running instead of creating it.
 func (p *Provider) Reused() bool { return p.reused }
+
+// NodeImage is the node image the last Create created the cluster from and why it was chosen
+// ("" for a reused cluster).
+func (p *Provider) NodeImage() (image, why string) { return p.nodeImage, p.nodeImageWhy }
+
+// HostPatches are the kubeadm config patches this host needs: CgroupV1Patch on cgroup v1. The
+// warning says why ("" when none).
+func (p *Provider) HostPatches() (patches []string, warning string, err error) {
+	mode, err := p.opts.Cgroups()
+	if err != nil {
+		return nil, "", fmt.Errorf("kind: cgroup mode: %w", err)
+	}
+	if mode == hostinfo.CgroupV1 {
+		return []string{CgroupV1Patch}, "this host mounts cgroup v1, which kubelet v1.37 refuses by default; adding the kubeadm patch failCgroupV1: false (cgroup v1 support is deprecated in Kubernetes and kind: docs/kubernetes.md)", nil
+	}
+	return nil, "", nil
+}
+
+func (p *Provider) warnf(format string, a ...any) {
+	if p.opts.Log != nil {
+		fmt.Fprintf(p.opts.Log, "kind: WARNING: "+format+"\n", a...)
+	}
+}
+
+func (p *Provider) infof(format string, a ...any) {
+	if p.opts.Log != nil {
+		fmt.Fprintf(p.opts.Log, "kind: "+format+"\n", a...)
+	}
+}
+
+// ResolveNodeImage chooses the image of a new cluster's nodes when the config leaves it at
+// DefaultNodeImage and Options.NodeImage does not choose: the pinned image when the engine has
+// it or can pull it, else the offline image of `eppkit tools build kind-node` when that is
+// loaded. It returns the image, why, and the kubeadm patches that image needs. Options.NodeImage
+// "offline" asks for the offline image outright.
+func (p *Provider) ResolveNodeImage(ctx context.Context) (image, why string, patches []string, err error) {
+	offline := func(reason string) (string, string, []string, error) {
+		st, err := p.opts.OfflineImage()
+		if err != nil {
+			return "", "", nil, fmt.Errorf("kind: %s, and the offline node image is not built (%v): run `eppkit tools build kind-node` (docs/kubernetes.md)", reason, err)
+		}
+		if ierr := p.opts.Runner.Run(ctx, p.opts.Engine, "image", "inspect", st.Tag); ierr != nil {
+			return "", "", nil, fmt.Errorf("kind: %s, and %s does not hold the offline node image %s (%v): run `eppkit tools build kind-node`", reason, p.opts.Engine, st.Tag, ierr)
+		}
+		return st.Tag, reason + "; using the offline node image " + st.Tag + " (eppkit tools build kind-node)", st.KubeadmPatches, nil
+	}
+	switch p.opts.NodeImage {
+	case OfflineNodeImage:
+		return offline("the offline node image was asked for (" + NodeImageEnv + "=" + OfflineNodeImage + " or --node-image " + OfflineNodeImage + ")")
+	case "":
+	default:
+		why := "asked for (--node-image / " + NodeImageEnv + ")"
+		if st, err := p.opts.OfflineImage(); err == nil && st.Tag == p.opts.NodeImage {
+			return p.opts.NodeImage, why, st.KubeadmPatches, nil
+		}
+		return p.opts.NodeImage, why, nil, nil
+	}
+	cfg, err := p.ClusterConfig()
+	if err != nil {
+		return "", "", nil, err
+	}
+	img := cfg.Nodes[0].Image
+	if img != DefaultNodeImage {
+		return img, "named by the cluster config", nil, nil
+	}
+	if err := p.opts.Runner.Run(ctx, p.opts.Engine, "image", "inspect", img); err == nil {
+		return img, "the pinned kindest/node image, present in " + p.opts.Engine, nil, nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	perr := p.opts.Runner.Run(pctx, p.opts.Engine, "pull", img)
+	cancel()
+	if perr == nil {
+		return img, "the pinned kindest/node image, pulled", nil, nil
+	}
+	return offline(fmt.Sprintf("the pinned node image %s cannot be had (%s pull: %s)", img, p.opts.Engine, firstLine(perr.Error())))
+}
+
+func firstLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.LastIndex(s, ": "); i >= 0 && len(s)-i < 300 {
+		// the engine's own message is at the end of execRunner's error
+		return s[i+2:]
+	}
+	return s
+}
 
 // ClusterConfig is the typed config Create uses: Options.Config parsed strictly as a
 // kind.x-k8s.io/v1alpha4 Cluster, with the cluster's name and every node's image filled in. A
@@ -246,20 +381,71 @@ func (p *Provider) Create(ctx context.Context) error {
 		return fmt.Errorf("kind: list clusters (%s): %w", p.opts.Engine, err)
 	}
 	p.reused = slices.Contains(names, p.opts.Name)
+	p.nodeImage, p.nodeImageWhy = "", ""
 	if p.reused {
 		if err := p.opts.Cluster.ExportKubeConfig(p.opts.Name, p.KubeconfigPath()); err != nil {
-			return fmt.Errorf("kind: reuse cluster %s: export kubeconfig: %w", p.opts.Name, err)
+			if !p.opts.RecreateUnready {
+				return fmt.Errorf("kind: reuse cluster %s: export kubeconfig: %w", p.opts.Name, err)
+			}
+			p.warnf("cluster %s is listed but its kubeconfig cannot be exported (%v): deleting the stale cluster and creating it again", p.opts.Name, err)
+			if derr := p.opts.Cluster.Delete(p.opts.Name, p.KubeconfigPath()); derr != nil {
+				return fmt.Errorf("kind: delete stale cluster %s: %w", p.opts.Name, derr)
+			}
+			p.reused = false
+		} else {
+			wait := p.opts.WaitForReady
+			if p.opts.RecreateUnready {
+				wait = p.opts.ReuseWait
+			}
+			err := p.opts.NodesReady(ctx, p.KubeconfigPath(), wait)
+			if err == nil {
+				return nil
+			}
+			if !p.opts.RecreateUnready {
+				return fmt.Errorf("kind: reuse cluster %s: %w (delete it with `kind delete cluster --name %s` or Destroy)", p.opts.Name, err, p.opts.Name)
+			}
+			p.warnf("cluster %s is listed but has no Ready node (%v): deleting the stale cluster and creating it again", p.opts.Name, err)
+			if derr := p.opts.Cluster.Delete(p.opts.Name, p.KubeconfigPath()); derr != nil {
+				return fmt.Errorf("kind: delete stale cluster %s: %w", p.opts.Name, derr)
+			}
+			p.reused = false
 		}
-		if err := p.opts.NodesReady(ctx, p.KubeconfigPath(), p.opts.WaitForReady); err != nil {
-			return fmt.Errorf("kind: reuse cluster %s: %w (delete it with `kind delete cluster --name %s` or Destroy)", p.opts.Name, err, p.opts.Name)
-		}
-		return nil
 	}
 	cfg, err := p.ClusterConfig()
 	if err != nil {
 		return err
 	}
-	err = p.opts.Cluster.Create(p.opts.Name, cfg, CreateParams{Kubeconfig: p.KubeconfigPath(), WaitForReady: p.opts.WaitForReady, Retain: true})
+	image, why, imagePatches, err := p.ResolveNodeImage(ctx)
+	if err != nil {
+		return err
+	}
+	for i := range cfg.Nodes {
+		cfg.Nodes[i].Image = image
+	}
+	p.nodeImage, p.nodeImageWhy = image, why
+	p.infof("node image %s: %s", image, why)
+	hostPatches, warning, err := p.HostPatches()
+	if err != nil {
+		return err
+	}
+	if warning != "" {
+		p.warnf("%s", warning)
+	}
+	cfg.KubeadmConfigPatches = append(cfg.KubeadmConfigPatches, hostPatches...)
+	cfg.KubeadmConfigPatches = append(cfg.KubeadmConfigPatches, imagePatches...)
+	for attempt := 1; ; attempt++ {
+		err = p.createOnce(ctx, cfg)
+		if err == nil || attempt >= p.opts.CreateAttempts || ctx.Err() != nil {
+			return err
+		}
+		p.warnf("attempt %d of %d failed: %v; retrying once", attempt, p.opts.CreateAttempts, err)
+	}
+}
+
+// createOnce creates the cluster from cfg and waits for a Ready node; on failure it exports the
+// logs and, unless KeepOnFailure, deletes the cluster.
+func (p *Provider) createOnce(ctx context.Context, cfg *v1alpha4.Cluster) error {
+	err := p.opts.Cluster.Create(p.opts.Name, cfg, CreateParams{Kubeconfig: p.KubeconfigPath(), WaitForReady: p.opts.WaitForReady, Retain: true})
 	if err == nil {
 		err = p.opts.NodesReady(ctx, p.KubeconfigPath(), p.opts.WaitForReady)
 	}
@@ -317,6 +503,27 @@ func (p *Provider) LoadImage(ctx context.Context, image string) error {
 	return nil
 }
 
+// LoadImageArchive imports an image archive (`docker save` format, as LoadImage writes) into
+// containerd on every node, as LoadImage does after its save.
+func (p *Provider) LoadImageArchive(ctx context.Context, archive string) error {
+	if _, err := os.Stat(archive); err != nil {
+		return fmt.Errorf("kind: load archive: %w", err)
+	}
+	ns, err := p.opts.Cluster.Nodes(p.opts.Name)
+	if err != nil {
+		return fmt.Errorf("kind: load %s: list nodes of %s: %w", archive, p.opts.Name, err)
+	}
+	if len(ns) == 0 {
+		return fmt.Errorf("kind: load %s: cluster %s has no nodes (Create it first)", archive, p.opts.Name)
+	}
+	for _, n := range ns {
+		if err := importImage(ctx, n, archive, ""); err != nil {
+			return fmt.Errorf("kind: load %s into node %s: %w", archive, n.String(), err)
+		}
+	}
+	return nil
+}
+
 // ImportCommand is the command line LoadImage runs on a node whose containerd uses snapshotter.
 func ImportCommand(snapshotter string) []string {
 	return []string{"ctr", "--namespace=k8s.io", "images", "import", "--digests", "--snapshotter=" + snapshotter, "-"}
@@ -340,6 +547,9 @@ func importImage(ctx context.Context, n nodes.Node, archive, image string) error
 	stderr.Reset()
 	if err := n.CommandContext(ctx, cmd[0], cmd[1:]...).SetStdin(f).SetStderr(&stderr).Run(); err != nil {
 		return fmt.Errorf("%s: %w: %s", strings.Join(cmd, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	if image == "" {
+		return nil
 	}
 	stderr.Reset()
 	if err := n.CommandContext(ctx, "crictl", "inspecti", image).SetStdout(io.Discard).SetStderr(&stderr).Run(); err != nil {

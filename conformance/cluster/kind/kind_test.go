@@ -21,6 +21,8 @@ import (
 	kindexec "sigs.k8s.io/kind/pkg/exec"
 	"sigs.k8s.io/yaml"
 
+	"github.com/eppkit/eppkit/internal/hostinfo"
+	"github.com/eppkit/eppkit/internal/toolcache"
 	"github.com/eppkit/eppkit/manifests"
 )
 
@@ -30,10 +32,13 @@ type fakeCluster struct {
 	clusters  []string
 	nodes     []*fakeNode
 	createErr error
-	listErr   error
-	calls     []string
-	created   *v1alpha4.Cluster
-	params    CreateParams
+	// createErrs are returned by successive Creates (before createErr).
+	createErrs []error
+	listErr    error
+	exportErr  error
+	calls      []string
+	created    *v1alpha4.Cluster
+	params     CreateParams
 }
 
 func (f *fakeCluster) record(format string, a ...any) {
@@ -53,6 +58,13 @@ func (f *fakeCluster) List() ([]string, error) {
 func (f *fakeCluster) Create(name string, cfg *v1alpha4.Cluster, p CreateParams) error {
 	f.record("Create %s", name)
 	f.created, f.params = cfg, p
+	if len(f.createErrs) > 0 {
+		err := f.createErrs[0]
+		f.createErrs = f.createErrs[1:]
+		if err != nil {
+			return err
+		}
+	}
 	if f.createErr != nil {
 		return f.createErr
 	}
@@ -68,6 +80,9 @@ func (f *fakeCluster) Delete(name, kubeconfig string) error {
 
 func (f *fakeCluster) ExportKubeConfig(name, path string) error {
 	f.record("ExportKubeConfig %s %s", name, filepath.Base(path))
+	if f.exportErr != nil {
+		return f.exportErr
+	}
 	return os.WriteFile(path, []byte("kubeconfig of "+name), 0o600)
 }
 
@@ -152,6 +167,10 @@ type fakeRunner struct {
 	archive []byte
 	err     error
 	infoErr error // what `<engine> info` returns
+	// images are what `<engine> image inspect` finds (nil = every image); pullErr is what
+	// `<engine> pull` returns (a pulled image is then found).
+	images  map[string]bool
+	pullErr error
 }
 
 func (r *fakeRunner) Run(_ context.Context, name string, args ...string) error {
@@ -161,6 +180,21 @@ func (r *fakeRunner) Run(_ context.Context, name string, args ...string) error {
 	}
 	if len(args) == 1 && args[0] == "info" {
 		return r.infoErr
+	}
+	if len(args) == 3 && args[0] == "image" && args[1] == "inspect" {
+		if r.images == nil || r.images[args[2]] {
+			return nil
+		}
+		return fmt.Errorf("%s image inspect %s: exit status 1: Error: No such image: %s", name, args[2], args[2])
+	}
+	if len(args) == 2 && args[0] == "pull" {
+		if r.pullErr != nil {
+			return r.pullErr
+		}
+		if r.images != nil {
+			r.images[args[1]] = true
+		}
+		return nil
 	}
 	for i, a := range args {
 		if a == "-o" && i+1 < len(args) {
@@ -195,7 +229,9 @@ func (r *readyFake) wait(_ context.Context, kubeconfig string, _ time.Duration) 
 
 func newTest(t *testing.T, fc *fakeCluster, fr *fakeRunner, rd *readyFake, mod func(*Options)) *Provider {
 	t.Helper()
-	o := Options{Dir: t.TempDir(), Cluster: fc, Runner: fr, NodesReady: rd.wait}
+	o := Options{Dir: t.TempDir(), Cluster: fc, Runner: fr, NodesReady: rd.wait,
+		Cgroups:      func() (hostinfo.CgroupMode, error) { return hostinfo.CgroupV2, nil },
+		OfflineImage: func() (*toolcache.NodeImageStamp, error) { return nil, toolcache.ErrNotBuilt }}
 	if mod != nil {
 		mod(&o)
 	}
@@ -352,7 +388,8 @@ func TestCreateFailure(t *testing.T) {
 			}
 			want := []string{"List", "Create eppkit", "CollectLogs eppkit create-failure-logs"}
 			if !keep {
-				want = append(want, "Delete eppkit kubeconfig")
+				// One logged retry after the failed attempt is cleaned up.
+				want = append(want, "Delete eppkit kubeconfig", "Create eppkit", "CollectLogs eppkit create-failure-logs", "Delete eppkit kubeconfig")
 			}
 			if diff := cmp.Diff(want, fc.calls); diff != "" {
 				t.Errorf("kind calls (-want +got):\n%s", diff)
@@ -367,7 +404,8 @@ func TestCreateNotReadyAfterCreate(t *testing.T) {
 	if err := p.Create(t.Context()); err == nil || !strings.Contains(err.Error(), "no Ready node") {
 		t.Fatalf("err = %v", err)
 	}
-	if diff := cmp.Diff([]string{"List", "Create eppkit", "CollectLogs eppkit create-failure-logs", "Delete eppkit kubeconfig"}, fc.calls); diff != "" {
+	if diff := cmp.Diff([]string{"List", "Create eppkit", "CollectLogs eppkit create-failure-logs", "Delete eppkit kubeconfig",
+		"Create eppkit", "CollectLogs eppkit create-failure-logs", "Delete eppkit kubeconfig"}, fc.calls); diff != "" {
 		t.Errorf("kind calls (-want +got):\n%s", diff)
 	}
 }
@@ -547,5 +585,154 @@ func TestDefaultDirIsPerName(t *testing.T) {
 	want := filepath.Join(os.Getenv("EPPKIT_TOOLS_CACHE"), "kind-ci-7", "kubeconfig")
 	if p.KubeconfigPath() != want {
 		t.Errorf("KubeconfigPath %q, want %q (a reuse in a later process must find it)", p.KubeconfigPath(), want)
+	}
+}
+
+func TestHostPatchesOnCgroupV1(t *testing.T) {
+	for _, mode := range []hostinfo.CgroupMode{hostinfo.CgroupV1, hostinfo.CgroupV2} {
+		t.Run(mode.String(), func(t *testing.T) {
+			fc := &fakeCluster{}
+			var log strings.Builder
+			p := newTest(t, fc, &fakeRunner{}, &readyFake{}, func(o *Options) {
+				o.Cgroups = func() (hostinfo.CgroupMode, error) { return mode, nil }
+				o.Log = &log
+			})
+			if err := p.Create(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			var want []string
+			if mode == hostinfo.CgroupV1 {
+				want = []string{"kind: KubeletConfiguration\nfailCgroupV1: false\n"}
+			}
+			if diff := cmp.Diff(want, fc.created.KubeadmConfigPatches); diff != "" {
+				t.Errorf("kubeadm patches (-want +got):\n%s", diff)
+			}
+			if warned := strings.Contains(log.String(), "WARNING: this host mounts cgroup v1"); warned != (mode == hostinfo.CgroupV1) {
+				t.Errorf("cgroup v1 warning = %v on %v; log:\n%s", warned, mode, log.String())
+			}
+		})
+	}
+	p := newTest(t, &fakeCluster{}, &fakeRunner{}, &readyFake{}, func(o *Options) {
+		o.Cgroups = func() (hostinfo.CgroupMode, error) { return 0, errors.New("statfs /sys/fs/cgroup: no such file") }
+	})
+	if err := p.Create(t.Context()); err == nil || !strings.Contains(err.Error(), "cgroup mode") {
+		t.Errorf("unreadable cgroup mode: err = %v", err)
+	}
+}
+
+func TestNodeImageResolution(t *testing.T) {
+	etcdPatch := "kind: ClusterConfiguration\netcd:\n  local:\n    imageTag: 3.6.11-0\n"
+	built := func() (*toolcache.NodeImageStamp, error) {
+		return &toolcache.NodeImageStamp{Tag: toolcache.KindNodeImageTag, KubeadmPatches: []string{etcdPatch}}, nil
+	}
+	notBuilt := func() (*toolcache.NodeImageStamp, error) { return nil, toolcache.ErrNotBuilt }
+	pullErr := errors.New("docker pull: exit status 1: Error response from daemon: Get \"https://registry-1.docker.io/v2/\": dial tcp: lookup registry-1.docker.io: no such host")
+	for _, tc := range []struct {
+		name      string
+		nodeImage string
+		images    map[string]bool
+		pullErr   error
+		offline   func() (*toolcache.NodeImageStamp, error)
+		want      string
+		whyHas    string
+		patches   []string
+		wantErr   []string
+	}{
+		{name: "pinned present", images: map[string]bool{DefaultNodeImage: true}, offline: built, want: DefaultNodeImage, whyHas: "present in docker"},
+		{name: "pinned pulled", images: map[string]bool{}, offline: built, want: DefaultNodeImage, whyHas: "pulled"},
+		{name: "pinned cannot be had: offline", images: map[string]bool{toolcache.KindNodeImageTag: true}, pullErr: pullErr, offline: built,
+			want: toolcache.KindNodeImageTag, whyHas: "cannot be had", patches: []string{etcdPatch}},
+		{name: "neither", images: map[string]bool{}, pullErr: pullErr, offline: notBuilt,
+			wantErr: []string{"cannot be had", "no such host", "eppkit tools build kind-node"}},
+		{name: "offline stamp but image gone from the engine", images: map[string]bool{}, pullErr: pullErr, offline: built,
+			wantErr: []string{"does not hold the offline node image " + toolcache.KindNodeImageTag}},
+		{name: "offline asked for", nodeImage: OfflineNodeImage, images: map[string]bool{DefaultNodeImage: true, toolcache.KindNodeImageTag: true}, offline: built,
+			want: toolcache.KindNodeImageTag, whyHas: "asked for", patches: []string{etcdPatch}},
+		{name: "offline asked for, not built", nodeImage: OfflineNodeImage, offline: notBuilt, wantErr: []string{"not built"}},
+		{name: "explicit image", nodeImage: "my/node:v1@sha256:11", offline: built, want: "my/node:v1@sha256:11", whyHas: "asked for"},
+		{name: "explicit offline tag gets its patches", nodeImage: toolcache.KindNodeImageTag, offline: built, want: toolcache.KindNodeImageTag, patches: []string{etcdPatch}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fc := &fakeCluster{}
+			fr := &fakeRunner{images: tc.images, pullErr: tc.pullErr}
+			p := newTest(t, fc, fr, &readyFake{}, func(o *Options) { o.NodeImage, o.OfflineImage = tc.nodeImage, tc.offline })
+			err := p.Create(t.Context())
+			if tc.wantErr != nil {
+				for _, w := range tc.wantErr {
+					if err == nil || !strings.Contains(err.Error(), w) {
+						t.Errorf("err = %v, want it to contain %q", err, w)
+					}
+				}
+				if fc.created != nil {
+					t.Error("a cluster was created without a node image")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			img, why := p.NodeImage()
+			if img != tc.want || fc.created.Nodes[0].Image != tc.want || !strings.Contains(why, tc.whyHas) {
+				t.Errorf("node image %q (created %q) why %q; want %q, why containing %q", img, fc.created.Nodes[0].Image, why, tc.want, tc.whyHas)
+			}
+			if diff := cmp.Diff(tc.patches, fc.created.KubeadmConfigPatches); diff != "" {
+				t.Errorf("kubeadm patches (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestCreateRetriesOnce(t *testing.T) {
+	fc := &fakeCluster{createErrs: []error{errors.New("could not find a log line that matches \"Reached target .*Multi-User System.*\"")}}
+	var log strings.Builder
+	p := newTest(t, fc, &fakeRunner{}, &readyFake{}, func(o *Options) { o.Log = &log })
+	if err := p.Create(t.Context()); err != nil {
+		t.Fatalf("second attempt should succeed: %v", err)
+	}
+	if diff := cmp.Diff([]string{"List", "Create eppkit", "CollectLogs eppkit create-failure-logs", "Delete eppkit kubeconfig", "Create eppkit"}, fc.calls); diff != "" {
+		t.Errorf("kind calls (-want +got):\n%s", diff)
+	}
+	if !strings.Contains(log.String(), "attempt 1 of 2 failed") || !strings.Contains(log.String(), "Multi-User System") {
+		t.Errorf("the retry is not logged with its cause:\n%s", log.String())
+	}
+}
+
+func TestRecreateUnready(t *testing.T) {
+	fc := &fakeCluster{clusters: []string{"eppkit"}}
+	rd := &readyFake{err: errors.New("no Ready node within 1m0s: list nodes: connection refused")}
+	var log strings.Builder
+	p := newTest(t, fc, &fakeRunner{}, rd, func(o *Options) { o.RecreateUnready, o.Log = true, &log })
+	// The first wait (the stale cluster) fails, the one after the new create succeeds.
+	calls := 0
+	p.opts.NodesReady = func(ctx context.Context, k string, d time.Duration) error {
+		calls++
+		if calls == 1 {
+			if d != time.Minute {
+				t.Errorf("reuse wait %s, want ReuseWait 1m", d)
+			}
+			return rd.err
+		}
+		return nil
+	}
+	if err := p.Create(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if p.Reused() {
+		t.Error("Reused() = true for a recreated cluster")
+	}
+	if diff := cmp.Diff([]string{"List", "ExportKubeConfig eppkit kubeconfig", "Delete eppkit kubeconfig", "Create eppkit"}, fc.calls); diff != "" {
+		t.Errorf("kind calls (-want +got):\n%s", diff)
+	}
+	if !strings.Contains(log.String(), "deleting the stale cluster") {
+		t.Errorf("log lacks the recreate:\n%s", log.String())
+	}
+	// A kubeconfig that cannot be exported (its containers are gone) is stale too.
+	fc = &fakeCluster{clusters: []string{"eppkit"}, exportErr: errors.New("failed to get api server endpoint")}
+	p = newTest(t, fc, &fakeRunner{}, &readyFake{}, func(o *Options) { o.RecreateUnready = true })
+	if err := p.Create(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"List", "ExportKubeConfig eppkit kubeconfig", "Delete eppkit kubeconfig", "Create eppkit"}, fc.calls); diff != "" {
+		t.Errorf("kind calls (-want +got):\n%s", diff)
 	}
 }

@@ -1,6 +1,6 @@
 // Package local is the "local" cluster provider (DESIGN.md test tier 5): a real Kubernetes
 // control plane on this machine without a container engine or privileges. etcd v3.6.11 and
-// kube-apiserver v1.37.2 are started envtest-style by conformance/apiserver (with the GIE CRDs
+// kube-apiserver v1.37.2 are started envtest-style by conformance/endpointsource/apiserver (with the GIE CRDs
 // installed), kube-controller-manager and kube-scheduler v1.37.2 beside them (all built from
 // tools/k8s-v1.37.2: `eppkit tools build k8s --all`), and the process kubelet of fakes/kubelet
 // (run as `eppkit cluster kubelet`) registers one node whose pods run as local processes on
@@ -44,8 +44,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/eppkit/eppkit/conformance/apiserver"
 	"github.com/eppkit/eppkit/conformance/cluster"
+	"github.com/eppkit/eppkit/conformance/endpointsource/apiserver"
 	"github.com/eppkit/eppkit/fakes/kubelet"
 	"github.com/eppkit/eppkit/internal/logtail"
 	"github.com/eppkit/eppkit/internal/toolcache"

@@ -136,9 +136,6 @@ func Start(ctx context.Context, cfg *rest.Config, t Target, errOut io.Writer) (*
 // Addr is the local host:port that reaches the target.
 func (f *Forward) Addr() string { return f.addr }
 
-// Target is what the forward reaches.
-func (f *Forward) Target() Target { return f.target }
-
 // Done is closed when the forward has stopped (Close, pod gone, connection lost).
 func (f *Forward) Done() <-chan struct{} { return f.done }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
 	"testing"
 
@@ -101,5 +103,54 @@ func TestPoolReusesLiveAndRestartsDead(t *testing.T) {
 	}
 	if p.Started() != 3 {
 		t.Errorf("failed starts counted: %d", p.Started())
+	}
+}
+
+// TestPodDialer: a pod IP is looked up, forwarded once and reused; an unknown IP is an error
+// naming it.
+func TestPodDialer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Write([]byte("hello"))
+			_ = c.Close()
+		}
+	}()
+	var started []Target
+	pool := NewPoolWith(func(_ context.Context, tg Target) (*Forward, error) {
+		started = append(started, tg)
+		return &Forward{addr: ln.Addr().String(), target: tg, done: make(chan struct{})}, nil
+	})
+	lookup := func(_ context.Context, ns, ip string) (string, error) {
+		if ns == "ns1" && ip == "10.244.0.7" {
+			return "fake-vllm-abc", nil
+		}
+		return "", nil
+	}
+	dial := pool.PodDialer(lookup, "ns1")
+	for i := 0; i < 2; i++ {
+		c, err := dial(context.Background(), "tcp", "10.244.0.7:8000")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(c)
+		_ = c.Close()
+		if string(b) != "hello" {
+			t.Fatalf("read %q through the forward", b)
+		}
+	}
+	if want := []Target{{Namespace: "ns1", Pod: "fake-vllm-abc", Port: 8000}}; len(started) != 1 || started[0] != want[0] {
+		t.Errorf("forwards started %v, want one to %v", started, want)
+	}
+	if _, err := dial(context.Background(), "tcp", "10.244.0.9:8000"); err == nil || !strings.Contains(err.Error(), "no running pod of namespace ns1 has IP 10.244.0.9") {
+		t.Errorf("unknown IP: err = %v", err)
 	}
 }

@@ -56,6 +56,9 @@ type Config struct {
 	StatusOnError  int
 	// Logger receives resolution changes (default: discard).
 	Logger *slog.Logger
+	// Dial is passed to fakes/gateway (gateway.Config.Dial): how the EPP's and the endpoints'
+	// pod IPs are reached (nil = directly).
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Resolution is what the pool resolves to at one moment.
@@ -261,7 +264,7 @@ func (g *Gateway) gatewayFor(res Resolution) (*gateway.Gateway, error) {
 	if gw, ok := g.gateways[key]; ok {
 		return gw, nil
 	}
-	cfg := gateway.Config{EPPAddress: res.EPP, FailureMode: res.FailureMode, Endpoints: res.Endpoints,
+	cfg := gateway.Config{EPPAddress: res.EPP, FailureMode: res.FailureMode, Endpoints: res.Endpoints, Dial: g.cfg.Dial,
 		MessageTimeout: g.cfg.MessageTimeout, BodyChunkSize: g.cfg.BodyChunkSize, StatusOnError: g.cfg.StatusOnError, Logger: g.log}
 	if res.EPP == "" {
 		if res.FailureMode != gateway.FailOpen || len(res.Endpoints) == 0 {

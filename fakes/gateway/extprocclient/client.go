@@ -135,6 +135,8 @@ type Stream struct {
 	stopTimer []*time.Timer // owned by the (single) receiving goroutine
 
 	sendMu sync.Mutex
+	// sent are the request headers of the latest SendRequest (the header map Envoy mutates).
+	sent []Header
 
 	mu     sync.Mutex
 	queue  []*extprocv3.ProcessingResponse

@@ -281,3 +281,81 @@ func TestTLS(t *testing.T) {
 		}
 	}
 }
+
+// latePick builds the request-phase answer of an EPP that picks pick but delivers it only on its
+// body responses: the request_headers response carries no destination, body response number
+// `on` (0-based) carries the metadata, and with header the destination header too.
+func latePick(pick string, body []byte, chunk, on int, header bool) []*extprocv3.ProcessingResponse {
+	out := extproctest.PickResponses("", nil, body, chunk, true)
+	md := extproctest.PickResponses(pick, nil, nil, 0, false)[0]
+	bodyResp := out[1+on]
+	bodyResp.DynamicMetadata = md.DynamicMetadata
+	if header {
+		bodyResp.GetRequestBody().GetResponse().HeaderMutation = md.GetRequestHeaders().GetResponse().GetHeaderMutation()
+	}
+	return out
+}
+
+// TestRoutingAtRelease: Envoy's router sees the pick of the request_headers response, and of the
+// metadata received by the first body chunk (the whole body was sent before the EPP answered),
+// never a later one, and never a header set on a body response (FULL_DUPLEX_STREAMED).
+func TestRoutingAtRelease(t *testing.T) {
+	const pick = "10.0.0.7:8000"
+	body := bytes.Repeat([]byte("b"), 150_000) // three 62,000-byte chunks back
+	tests := []struct {
+		name      string
+		answer    func(seen *extproctest.Seen) []*extprocv3.ProcessingResponse
+		wantPick  string
+		released  int
+		lateHdrMs int
+	}{
+		{"pick on the headers response", func(seen *extproctest.Seen) []*extprocv3.ProcessingResponse {
+			return extproctest.PickResponses(pick, nil, seen.Body, extprocclient.MaxStreamedChunk, true)
+		}, pick, 1, 0},
+		{"metadata on the first body chunk: still in time", func(seen *extproctest.Seen) []*extprocv3.ProcessingResponse {
+			return latePick(pick, seen.Body, extprocclient.MaxStreamedChunk, 0, false)
+		}, pick, 1, 0},
+		{"metadata only on the last body chunk: too late", func(seen *extproctest.Seen) []*extprocv3.ProcessingResponse {
+			return latePick(pick, seen.Body, extprocclient.MaxStreamedChunk, 2, false)
+		}, "", 1, 0},
+		{"destination header on a body response: never applied", func(seen *extproctest.Seen) []*extprocv3.ProcessingResponse {
+			out := latePick(pick, seen.Body, extprocclient.MaxStreamedChunk, 0, true)
+			out[1].DynamicMetadata = nil
+			return out
+		}, "", 1, 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, st := start(t, extproctest.Script{OnRequest: tc.answer})
+			d, err := st.Exchange(context.Background(), extprocclient.Request{
+				Headers: extprocclient.RequestHeaders("POST", "/v1/completions", "gw", body, nil), Body: body})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Pick() != pick {
+				t.Fatalf("the EPP's stated pick %q, want %q (the scenario always states it)", d.Pick(), pick)
+			}
+			rt, err := d.Routing(extprocclient.SemanticsAppendAction)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rt.Pick() != tc.wantPick || d.ReleasedAt != tc.released || d.LateHeaderMutations != tc.lateHdrMs {
+				t.Errorf("routed pick %q released at %d late header mutations %d; want %q %d %d",
+					rt.Pick(), d.ReleasedAt, d.LateHeaderMutations, tc.wantPick, tc.released, tc.lateHdrMs)
+			}
+		})
+	}
+	t.Run("headers-only request: released at the headers response", func(t *testing.T) {
+		_, st := start(t, extproctest.Script{OnRequest: func(seen *extproctest.Seen) []*extprocv3.ProcessingResponse {
+			return extproctest.PickResponses(pick, nil, nil, 0, false)
+		}})
+		d, err := st.Exchange(context.Background(), extprocclient.Request{Headers: extprocclient.RequestHeaders("GET", "/v1/models", "gw", nil, nil)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rt, err := d.Routing(extprocclient.SemanticsAppendAction)
+		if err != nil || rt.Pick() != pick || d.ReleasedAt != 0 {
+			t.Errorf("routed pick %q released at %d (err %v)", rt.Pick(), d.ReleasedAt, err)
+		}
+	})
+}

@@ -71,6 +71,77 @@ type Decision struct {
 	Immediate *ImmediateInfo
 	// Responses are the raw ProcessingResponses of the phase, in arrival order.
 	Responses []*extprocv3.ProcessingResponse
+
+	// What Envoy's router sees (FULL_DUPLEX_STREAMED). The upstream host is chosen when the
+	// ext_proc filter releases the request headers to the router: at the request_headers
+	// response when there is no body (processor_state.cc handleHeadersResponse,
+	// continueIfNecessary), else — the whole body having been sent before the EPP answered the
+	// headers — at the first request_body response that carries data or end_of_stream, whose
+	// injected data first continues the headers (filter_manager.cc
+	// injectDecodedDataToFilterChain → doHeaders). Dynamic metadata is set before each message
+	// is handled (ext_proc.cc onReceiveMessage), so metadata up to and including that message
+	// counts; header mutations on streamed body responses are never applied
+	// (handleDuplexStreamedBodyResponse ignores them).
+
+	// SentHeaders are the request headers that were sent (the header map Envoy mutates).
+	SentHeaders []Header
+	// HeadersMutation is the header mutation of the request_headers response (nil if none).
+	HeadersMutation *extprocv3.HeaderMutation
+	// ReleasedAt is the index in Responses of the message at which Envoy releases the request
+	// headers to the router; -1 when it never happened (no headers response, or no body data).
+	ReleasedAt int
+	// RoutingMetadata merges the dynamic metadata of Responses[:ReleasedAt+1]: what the router
+	// can read.
+	RoutingMetadata *structpb.Struct
+	// LateHeaderMutations counts request_body responses that carried a header mutation (Envoy
+	// ignores them in FULL_DUPLEX_STREAMED mode).
+	LateHeaderMutations int
+}
+
+// Routing is the destination as Envoy's router sees it (see Decision.ReleasedAt).
+type Routing struct {
+	// Headers are the request headers after the request_headers response's mutation.
+	Headers HeaderList
+	// Report says what the mutation touched and what Envoy would read differently.
+	Report MutationReport
+	// Header holds the values of x-gateway-destination-endpoint in Headers (several when the EPP
+	// appended to a value the request carried).
+	Header []string
+	// Metadata is envoy.lb / x-gateway-destination-endpoint in the metadata received by the
+	// release ("" if absent).
+	Metadata string
+	// Released reports whether the headers were released to the router at all.
+	Released bool
+}
+
+// Pick returns the destination the router uses: the metadata when present, else the first
+// value of the header (Envoy reads the first entry of a repeated header), "" when neither.
+func (r Routing) Pick() string {
+	if !r.Released {
+		return ""
+	}
+	if r.Metadata != "" {
+		return r.Metadata
+	}
+	if len(r.Header) > 0 {
+		return r.Header[0]
+	}
+	return ""
+}
+
+// Routing returns the destination as Envoy's router sees it: the request_headers response's
+// mutation applied to SentHeaders under sem, and the metadata received by the release. Errors are
+// ApplyHeaderMutation's (Envoy answers them with status_on_error).
+func (d *Decision) Routing(sem HeaderSemantics) (Routing, error) {
+	r := Routing{Headers: append(HeaderList(nil), d.SentHeaders...), Released: d.ReleasedAt >= 0}
+	rep, err := ApplyHeaderMutation(&r.Headers, d.HeadersMutation, sem)
+	r.Report = rep
+	if err != nil {
+		return r, err
+	}
+	r.Header = r.Headers.Values(DestinationKey)
+	r.Metadata = metadataString(d.RoutingMetadata, DestinationNamespace, DestinationKey)
+	return r, nil
 }
 
 // Pick returns the pick: the metadata value when present, else the header value.
@@ -118,6 +189,7 @@ func RequestHeaders(method, path, authority string, body []byte, extra map[strin
 func (s *Stream) SendRequest(req Request) error {
 	md := Metadata{SubsetHint: req.SubsetHint}
 	headersOnly := len(req.Body) == 0
+	s.sent = req.Headers
 	if err := s.SendRequestHeaders(req.Headers, headersOnly, md); err != nil {
 		return err
 	}
@@ -150,7 +222,7 @@ func (s *Stream) Exchange(ctx context.Context, req Request) (*Decision, error) {
 
 // ReadDecision reads the request-phase responses of one request (see Exchange).
 func (s *Stream) ReadDecision(ctx context.Context, headersOnly bool) (*Decision, error) {
-	d := &Decision{Headers: map[string]string{}}
+	d := &Decision{Headers: map[string]string{}, SentHeaders: s.sent, ReleasedAt: -1}
 	gotHeaders, bodyDone := false, false
 	for !gotHeaders || (!headersOnly && !bodyDone) {
 		msg, err := s.Recv(ctx)
@@ -159,6 +231,9 @@ func (s *Stream) ReadDecision(ctx context.Context, headersOnly bool) (*Decision,
 		}
 		d.Responses = append(d.Responses, msg)
 		d.DynamicMetadata = mergeStruct(d.DynamicMetadata, msg.GetDynamicMetadata())
+		if d.ReleasedAt < 0 {
+			d.RoutingMetadata = mergeStruct(d.RoutingMetadata, msg.GetDynamicMetadata())
+		}
 		switch r := msg.Response.(type) {
 		case *extprocv3.ProcessingResponse_RequestHeaders:
 			if gotHeaders {
@@ -166,6 +241,10 @@ func (s *Stream) ReadDecision(ctx context.Context, headersOnly bool) (*Decision,
 			}
 			gotHeaders = true
 			common := r.RequestHeaders.GetResponse()
+			d.HeadersMutation = common.GetHeaderMutation()
+			if headersOnly {
+				d.ReleasedAt = len(d.Responses) - 1
+			}
 			d.ClearRouteCache = d.ClearRouteCache || common.GetClearRouteCache()
 			applyHeaderMutation(d.Headers, &d.RemovedHeaders, common.GetHeaderMutation())
 			if common.GetBodyMutation() != nil {
@@ -183,9 +262,15 @@ func (s *Stream) ReadDecision(ctx context.Context, headersOnly bool) (*Decision,
 			}
 			common := r.RequestBody.GetResponse()
 			applyHeaderMutation(d.Headers, &d.RemovedHeaders, common.GetHeaderMutation())
+			if len(common.GetHeaderMutation().GetSetHeaders()) > 0 || len(common.GetHeaderMutation().GetRemoveHeaders()) > 0 {
+				d.LateHeaderMutations++
+			}
 			sr := common.GetBodyMutation().GetStreamedResponse()
 			if sr == nil {
 				return d, fmt.Errorf("extprocclient: request_body response without a streamed_response body mutation (FULL_DUPLEX_STREAMED requires one): %w", ErrProtocol)
+			}
+			if d.ReleasedAt < 0 && (len(sr.GetBody()) > 0 || sr.GetEndOfStream()) {
+				d.ReleasedAt = len(d.Responses) - 1
 			}
 			if d.Body == nil {
 				d.Body = []byte{}
@@ -379,10 +464,4 @@ func metadataString(s *structpb.Struct, ns, key string) string {
 		return strings.Join(parts, ",")
 	}
 	return ""
-}
-
-// MetadataString reads namespace/key from dynamic metadata as a string (a list value joined
-// with commas); "" when absent.
-func MetadataString(s *structpb.Struct, namespace, key string) string {
-	return metadataString(s, namespace, key)
 }

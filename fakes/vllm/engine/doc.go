@@ -25,6 +25,11 @@
 //     blocks and nothing is ever preempted (vLLM allocates decode blocks step by step and
 //     preempts when the pool runs dry; this model trades that for determinism). KV usage is the
 //     number of blocks held by running requests ÷ KVCacheSize.
+//   - Pooling requests (Request.PrefillOnly, vLLM's pooling runner behind /v1/embeddings): a
+//     running slot and ceil(prompt / BlockSize) blocks, prefilled like any request (cache hits
+//     included), finished at the prefill time with no output token.
+//   - Token-id prompts (Request.TokenIDs): the ids are the prompt's tokens as given, one token
+//     each, hashed as they are (an OpenAI prompt of integers never goes through a tokenizer).
 //   - Admission order: the waiting queue is scanned from its head. A request for a LoRA adapter
 //     that cannot get one of the MaxLoras adapter slots is skipped — it keeps its place, and
 //     requests behind it may run (as vLLM v1's scheduler and llm-d-inference-sim's dequeue do).
@@ -46,6 +51,12 @@
 // k8s.io/utils/clock/testing FakeClock, a test steps the clock and then calls Next, which returns
 // at once with every token already due; nothing sleeps. Sequence.Blocked tells a test that a
 // goroutine is parked in Next.
+//
+// A discrete-event simulation drives the engine without goroutines or timers: Config.Stepped
+// drops the background goroutine, Config.OnToken receives every token at its due time, and
+// NextDue says when the next one is due, so the driver advances its virtual clock from event to
+// event (conformance/bench/sim). HashPrompt and CachedPrefixTokens let it ask, without
+// submitting, how much of a prompt an engine has cached.
 //
 // Cost: no goroutine or timer per token. A consumer blocked in Next sleeps on one timer it reuses
 // for its whole stream; the background goroutine wakes at most once per millisecond (and not at

@@ -50,9 +50,18 @@ type Request struct {
 	// and takes one of MaxLoras adapter slots while the request runs.
 	LoRA string
 	// Prompt is the text to tokenize with Tokenize (for chat, the rendered conversation).
+	// Ignored when TokenIDs is non-nil.
 	Prompt string
-	// MaxTokens is the number of output tokens to produce, at least 1.
+	// TokenIDs, when non-nil, is the prompt as token ids, taken as given (an OpenAI prompt or
+	// embeddings input of integers): each id is one prompt token and is hashed as is.
+	TokenIDs []uint32
+	// MaxTokens is the number of output tokens to produce: at least 1, or 0 with PrefillOnly.
 	MaxTokens int
+	// PrefillOnly makes a pooling request (vLLM's pooling runner behind /v1/embeddings): it
+	// takes a running slot and the KV blocks of its prompt like any request, is prefilled, and
+	// ends at the prefill time with a single Final event (Index 0) and no output token.
+	// MaxTokens must be 0.
+	PrefillOnly bool
 	// FinishReason is the finish reason the final Event reports: "stop" when the output ended by
 	// itself, "length" when the client's max_tokens cut it; "" means "length".
 	// Added beside the brief's API: the engine cannot know why the output has MaxTokens tokens.
@@ -148,7 +157,11 @@ func New(cfg Config) (*Engine, error) {
 		loopDone:    make(chan struct{}),
 	}
 	e.scratch.New = func() any { return &scratch{} }
-	go e.loop()
+	if cfg.Stepped {
+		close(e.loopDone)
+	} else {
+		go e.loop()
+	}
 	return e, nil
 }
 
@@ -161,27 +174,38 @@ func (e *Engine) now() time.Duration { return e.clock.Since(e.start) }
 //
 // ctx governs the sequence's whole life: when it is cancelled, the sequence is aborted (removed
 // from the queue, or its slot and blocks released). Errors: ctx.Err() if ctx is already done;
-// an error naming the Request field for bad input (MaxTokens < 1, unknown FinishReason);
+// an error naming the Request field for bad input (MaxTokens < 1, or ≠ 0 with PrefillOnly;
+// unknown FinishReason);
 // ErrPromptTooLong (wrapped) when prompt tokens + MaxTokens > MaxModelLen; ErrQueueFull;
 // ErrEngineClosed.
 func (e *Engine) Submit(ctx context.Context, r Request) (*Sequence, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if r.MaxTokens < 1 {
+	switch {
+	case r.PrefillOnly && r.MaxTokens != 0:
+		return nil, fmt.Errorf("engine: Request.MaxTokens must be 0 with PrefillOnly, got %d", r.MaxTokens)
+	case !r.PrefillOnly && r.MaxTokens < 1:
 		return nil, fmt.Errorf("engine: Request.MaxTokens must be at least 1, got %d", r.MaxTokens)
 	}
 	finish := r.FinishReason
 	switch finish {
 	case "":
 		finish = FinishLength
+		if r.PrefillOnly {
+			finish = FinishStop
+		}
 	case FinishStop, FinishLength:
 	default:
 		return nil, fmt.Errorf("engine: Request.FinishReason must be %q, %q or empty, got %q", FinishStop, FinishLength, r.FinishReason)
 	}
 
 	sc := e.scratch.Get().(*scratch)
-	sc.ids = appendTokenIDs(sc.ids[:0], r.Prompt)
+	if r.TokenIDs != nil {
+		sc.ids = append(sc.ids[:0], r.TokenIDs...)
+	} else {
+		sc.ids = appendTokenIDs(sc.ids[:0], r.Prompt)
+	}
 	prompt := len(sc.ids)
 	if prompt+r.MaxTokens > e.cfg.MaxModelLen {
 		e.scratch.Put(sc)
@@ -202,6 +226,9 @@ func (e *Engine) Submit(ctx context.Context, r Request) (*Sequence, error) {
 		s.hashes, sc.buf = appendBlockHashes(make([]uint64, 0, prompt/e.cfg.BlockSize), root, sc.ids, e.cfg.BlockSize, sc.buf)
 	}
 	e.scratch.Put(sc)
+	// The prompt is tokenized and hashed; the sequence does not keep its text (a queue of
+	// thousands of long prompts would otherwise hold them all).
+	s.req.Prompt = ""
 
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -256,6 +283,56 @@ func sortedKeys(m map[string]int) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// NextDue brings the engine up to date with its clock and returns the engine-clock time of its
+// next event: the next output token (or the first token, after the prefill) of a running
+// sequence. ok is false when no sequence runs; waiting sequences have no due time of their own,
+// they are admitted when a running one finishes. A driver of a Stepped engine advances the
+// clock to the returned time and calls NextDue again.
+func (e *Engine) NextDue() (at time.Time, ok bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.advanceLocked(e.now())
+	if len(e.events) == 0 {
+		return time.Time{}, false
+	}
+	return e.start.Add(e.events[0].due), true
+}
+
+// PromptHashes is a prompt as an engine's prefix cache sees it: its length in tokens and the
+// chained hashes of its full blocks. HashPrompt makes one; CachedPrefixTokens looks it up.
+type PromptHashes struct {
+	// Tokens is the prompt's length in tokens (Tokenize).
+	Tokens int
+	// Hashes are the chained hashes of the prompt's full blocks, root first.
+	Hashes []uint64
+	// BlockSize is the block size the hashes were computed with.
+	BlockSize int
+}
+
+// HashPrompt tokenizes r's prompt and hashes its full blocks of blockSize tokens exactly as
+// Submit does (model, LoRA adapter and cache salt in the root hash), so that the result can be
+// looked up in any engine of that block size without tokenizing again.
+func HashPrompt(r Request, blockSize int) PromptHashes {
+	ids := appendTokenIDs(nil, r.Prompt)
+	root, buf := rootHashBuf(r.Model, r.LoRA, r.CacheSalt, nil)
+	hashes, _ := appendBlockHashes(make([]uint64, 0, len(ids)/max(blockSize, 1)), root, ids, blockSize, buf)
+	return PromptHashes{Tokens: len(ids), Hashes: hashes, BlockSize: blockSize}
+}
+
+// CachedPrefixTokens returns how many prompt tokens of p a request admitted now would find in
+// the prefix cache: the leading full blocks present in the pool, capped at p.Tokens − 1 tokens
+// as at admission. It is 0 with prefix caching off or when p was hashed with another block size.
+// It reads the engine without advancing it.
+func (e *Engine) CachedPrefixTokens(p PromptHashes) int {
+	if !e.cfg.EnablePrefixCaching || p.BlockSize != e.cfg.BlockSize {
+		return 0
+	}
+	e.mu.Lock()
+	hit := e.pool.cachedPrefix(p.Hashes)
+	e.mu.Unlock()
+	return min(hit, max(p.Tokens-1, 0)/e.cfg.BlockSize) * e.cfg.BlockSize
 }
 
 // Close aborts every waiting and running sequence (their Next returns ErrEngineClosed), stops
@@ -349,14 +426,16 @@ func (e *Engine) emitLocked(s *Sequence) {
 	t := s.due
 	idx := s.emitted
 	s.emitted++
-	e.counters.GenerationTokens++
+	if !s.req.PrefillOnly {
+		e.counters.GenerationTokens++
+	}
 	if idx == 0 {
 		e.counters.PromptTokens += int64(s.prompt)
 	}
 	ev := Event{Index: idx, At: e.start.Add(t)}
-	if s.emitted == s.req.MaxTokens {
+	if s.req.PrefillOnly || s.emitted == s.req.MaxTokens {
 		ev.Final, ev.FinishReason = true, s.finish
-		s.pushEvent(ev)
+		e.deliverLocked(s, ev)
 		s.state = stateDone
 		s.endAt = t
 		e.releaseLocked(s)
@@ -365,7 +444,7 @@ func (e *Engine) emitLocked(s *Sequence) {
 		}
 		e.tryAdmitLocked(t)
 	} else {
-		s.pushEvent(ev)
+		e.deliverLocked(s, ev)
 		f := loadFactor(e.cfg.TimeFactorUnderLoad, e.running, e.cfg.MaxNumSeqs)
 		s.due = t + jitter(e.rng, scale(e.cfg.InterTokenLatency, f), e.cfg.InterTokenLatencyStdDev)
 		heap.Push(&e.events, s)
@@ -373,6 +452,15 @@ func (e *Engine) emitLocked(s *Sequence) {
 	// No signal: a consumer blocked in Next for this token sleeps on a timer armed for exactly
 	// this due time and wakes by itself; waking it here too would double the wake-ups of every
 	// token burst.
+}
+
+// deliverLocked hands a token to Config.OnToken, or queues it for Next.
+func (e *Engine) deliverLocked(s *Sequence, ev Event) {
+	if e.cfg.OnToken != nil {
+		e.cfg.OnToken(s, ev)
+		return
+	}
+	s.pushEvent(ev)
 }
 
 // tryAdmitLocked admits waiting requests at time t while slots are free: the first request in

@@ -50,7 +50,7 @@ func submit(t *testing.T, e *Engine, r Request) *Sequence {
 	if r.Model == "" {
 		r.Model = "m"
 	}
-	if r.MaxTokens == 0 {
+	if r.MaxTokens == 0 && !r.PrefillOnly {
 		r.MaxTokens = 1
 	}
 	s, err := e.Submit(context.Background(), r)
@@ -170,6 +170,8 @@ func TestSubmitValidation(t *testing.T) {
 		wantSub string
 	}{
 		{name: "no output tokens", req: Request{Prompt: "a", MaxTokens: 0}, wantSub: "MaxTokens"},
+		{name: "output tokens on a prefill-only request", req: Request{Prompt: "a", MaxTokens: 1, PrefillOnly: true}, wantSub: "MaxTokens"},
+		{name: "token-id prompt over the context window", req: Request{TokenIDs: make([]uint32, 64), MaxTokens: 1}, wantIs: ErrPromptTooLong, wantSub: "64 prompt tokens + 1 output tokens > 64"},
 		{name: "unknown finish reason", req: Request{Prompt: "a", MaxTokens: 1, FinishReason: "tool_calls"}, wantSub: "FinishReason"},
 		{name: "prompt plus output over the context window", req: Request{Prompt: words("w", 0, 60), MaxTokens: 5}, wantIs: ErrPromptTooLong, wantSub: "60 prompt tokens + 5 output tokens > 64"},
 	}
@@ -919,4 +921,62 @@ func TestEventBuffered(t *testing.T) {
 	if diff := cmp.Diff([]int{2, 1, 0}, got); diff != "" {
 		t.Fatalf("Buffered of the three due tokens (-want +got):\n%s", diff)
 	}
+}
+
+// TestTokenIDPrompt: a prompt given as token ids counts one token per id and is hashed by the
+// ids as given, so a later text prompt whose dummy-tokenizer ids equal them hits the cache.
+func TestTokenIDPrompt(t *testing.T) {
+	e, fc := newTestEngine(t, func(c *Config) { c.BlockSize = 8 })
+	text := words("w", 0, 33)
+	var ids []uint32
+	for _, tok := range Tokenize(text) {
+		ids = append(ids, tok.ID)
+	}
+	a := submit(t, e, Request{ID: "ids", TokenIDs: ids, Prompt: "ignored when TokenIDs is set", MaxTokens: 1})
+	if got := a.PromptTokens(); got != 33 {
+		t.Fatalf("PromptTokens of 33 ids = %d", got)
+	}
+	drain(t, fc, a, time.Millisecond)
+	b := submit(t, e, Request{ID: "text", Prompt: text, MaxTokens: 1})
+	drain(t, fc, b, time.Millisecond)
+	if got := b.CachedTokens(); got != 32 {
+		t.Errorf("text prompt with the same ids: CachedTokens = %d, want 32 (4 full blocks of 8)", got)
+	}
+	c := submit(t, e, Request{ID: "other ids", TokenIDs: []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9}, MaxTokens: 1})
+	drain(t, fc, c, time.Millisecond)
+	if got := c.CachedTokens(); got != 0 {
+		t.Errorf("unrelated ids: CachedTokens = %d, want 0", got)
+	}
+}
+
+// TestPrefillOnly: a pooling request occupies a slot and its prompt's blocks until its prefill
+// ends, then finishes with one Final event at the prefill time and no generation token.
+func TestPrefillOnly(t *testing.T) {
+	e, fc := newTestEngine(t, func(c *Config) {
+		c.MaxNumSeqs = 1
+		c.PrefillOverhead = 10 * time.Millisecond
+		c.PrefillTimePerToken = time.Millisecond
+	})
+	p := submit(t, e, Request{ID: "embed", Prompt: words("e", 0, 20), PrefillOnly: true})
+	q := submit(t, e, Request{ID: "behind", Prompt: "x", MaxTokens: 1})
+	st := e.Stats()
+	if st.Running != 1 || st.Waiting != 1 {
+		t.Fatalf("running %d waiting %d, want the pooling request running and the other queued", st.Running, st.Waiting)
+	}
+	if want := float64(2) / float64(e.cfg.KVCacheSize); st.KVUsage != want {
+		t.Errorf("KV usage %v, want %v (2 blocks of 16 for 20 prompt tokens, none for output)", st.KVUsage, want)
+	}
+	evs := drain(t, fc, p, time.Millisecond)
+	want := []Event{{Index: 0, Final: true, FinishReason: FinishStop, At: epoch.Add(30 * time.Millisecond)}}
+	if diff := cmp.Diff(want, evs); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+	st = e.Stats()
+	if st.GenerationTokens != 0 || st.PromptTokens != 20 {
+		t.Errorf("counters: generation %d prompt %d, want 0 and 20", st.GenerationTokens, st.PromptTokens)
+	}
+	if st.Running != 1 || st.Waiting != 0 {
+		t.Errorf("after the prefill: running %d waiting %d, want the queued request admitted", st.Running, st.Waiting)
+	}
+	drain(t, fc, q, time.Millisecond)
 }

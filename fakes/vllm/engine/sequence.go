@@ -10,9 +10,11 @@ import (
 
 // Event is one output token of a Sequence.
 type Event struct {
-	// Index is the 0-based index of the output token.
+	// Index is the 0-based index of the output token (0 for the one event of a PrefillOnly
+	// request, which carries no token).
 	Index int
-	// Final is true for the last token (Index == MaxTokens − 1).
+	// Final is true for the last token (Index == MaxTokens − 1), and for the prefill-done event
+	// of a PrefillOnly request.
 	Final bool
 	// FinishReason is "stop" or "length" on the final event, "" otherwise.
 	FinishReason string

@@ -330,17 +330,19 @@ func (p *Producer) Stats() ProducerStats {
 		TrainingEntries: p.trainEntries.Load(), TrainingErrors: p.trainErrors.Load()}
 }
 
-// InputTokens estimates a request's prompt length in tokens: characters of the hashed input
-// (prefix.InputText) / CharactersPerToken; 0 for a headers-only request.
+// InputTokens estimates a request's prompt length in tokens from its hashed input
+// (prefix.RequestInput, Input.EstimateTokens; SPEC §4.1): one token per id of a token-id prompt;
+// for text one per CJK ideograph, kana or Hangul syllable plus one per CharactersPerToken other
+// characters. 0 for a headers-only request or one without a prompt.
 func InputTokens(req *framework.LLMRequest) int {
 	if req == nil {
 		return 0
 	}
-	in, err := prefix.InputText(req.Body)
+	in, err := prefix.RequestInput(req.Body)
 	if err != nil {
 		return 0
 	}
-	return len(in) / CharactersPerToken
+	return in.EstimateTokens()
 }
 
 // PrepareRequestData parses the SLO headers (malformed → error wrapping ErrBadRequest, the
@@ -626,8 +628,8 @@ func (p *Producer) ResponseComplete(ctx context.Context, req *framework.LLMReque
 func trainingEntries(f *flight, usage *framework.Usage, end time.Time) []predictor.TrainingEntry {
 	var ttft, tpot float64
 	tokens := f.tokens.tokens
-	if usage != nil && usage.CompletionTokens > 0 {
-		tokens = usage.CompletionTokens
+	if n, ok := usage.Completion(); ok && n > 0 {
+		tokens = n
 	}
 	if f.streaming && !f.firstToken.IsZero() {
 		ttft = ms(f.firstToken.Sub(f.dispatched))

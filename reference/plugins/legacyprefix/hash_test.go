@@ -12,13 +12,15 @@ import (
 )
 
 // chainByHand recomputes the SPEC §2.1 chain with a different formulation (whole-buffer
-// xxhash.Sum64 over block ‖ LE64(prev)) so the test does not just repeat the implementation.
+// xxhash.Sum64 over block ‖ LE64(prev), blocks taken as rune slices of the input) so the test
+// does not just repeat the implementation. The last block may be shorter.
 func chainByHand(model, salt, input string, blockChars, maxBlocks int) []uint64 {
+	runes := []rune(input) // valid UTF-8 inputs only
 	var out []uint64
 	prev := xxhash.Sum64String(model + salt)
-	for i := 0; i+blockChars <= len(input) && len(out) < maxBlocks; i += blockChars {
-		buf := append([]byte(input[i:i+blockChars]), make([]byte, 8)...)
-		binary.LittleEndian.PutUint64(buf[blockChars:], prev)
+	for i := 0; i < len(runes) && len(out) < maxBlocks; i += blockChars {
+		blk := []byte(string(runes[i:min(i+blockChars, len(runes))]))
+		buf := binary.LittleEndian.AppendUint64(blk, prev)
 		prev = xxhash.Sum64(buf)
 		out = append(out, prev)
 	}
@@ -48,15 +50,22 @@ func TestHashPrompt(t *testing.T) {
 	}{
 		{name: "nil request", req: nil, blockToks: 16, maxBlocks: 256, wantLen: 0},
 		{name: "headers-only request", req: &framework.LLMRequest{TargetModel: "m"}, blockToks: 16, maxBlocks: 256, wantLen: 0},
-		{name: "shorter than one block", req: completions("m", strings.Repeat("x", 63), ""), blockToks: 16, maxBlocks: 256, wantLen: 0},
+		{name: "shorter than one block is one short block", req: completions("m", strings.Repeat("x", 63), ""), blockToks: 16, maxBlocks: 256,
+			wantLen: 1, wantChain: chainByHand("m", "", strings.Repeat("x", 63), 64, 256)},
 		{name: "exactly one block", req: completions("m", strings.Repeat("x", 64), ""), blockToks: 16, maxBlocks: 256,
 			wantLen: 1, wantChain: chainByHand("m", "", strings.Repeat("x", 64), 64, 256)},
-		{name: "trailing partial block is not hashed", req: completions("m", long[:200], ""), blockToks: 16, maxBlocks: 256,
-			wantLen: 3, wantChain: chainByHand("m", "", long[:200], 64, 256)},
+		{name: "trailing partial block is hashed", req: completions("m", long[:200], ""), blockToks: 16, maxBlocks: 256,
+			wantLen: 4, wantChain: chainByHand("m", "", long[:200], 64, 256)},
+		{name: "blocks are characters, not bytes", req: completions("m", strings.Repeat("日本語のテキスト", 25), ""), blockToks: 16, maxBlocks: 256,
+			wantLen: 4, wantChain: chainByHand("m", "", strings.Repeat("日本語のテキスト", 25), 64, 256)},
+		{name: "empty prompt hashes nothing", req: completions("m", "", ""), blockToks: 16, maxBlocks: 256, wantLen: 0},
 		{name: "cut at maxPrefixBlocksToMatch", req: completions("m", long, ""), blockToks: 4, maxBlocks: 5,
 			wantLen: 5, wantChain: chainByHand("m", "", long, 16, 5)},
 		{name: "cache salt joins the seed", req: completions("m", long, "s1"), blockToks: 16, maxBlocks: 256,
 			wantLen: 5, wantChain: chainByHand("m", "s1", long, 64, 256)},
+		{name: "token ids", req: &framework.LLMRequest{TargetModel: "m", Body: &framework.LLMRequestBody{
+			Completions: &framework.CompletionsRequest{TokenIDs: []uint32{1, 2, 3, 4, 5}}}}, blockToks: 2, maxBlocks: 256,
+			wantLen: 3, wantChain: chainByHand("m", "", "\x01\x00\x00\x00\x02\x00\x00\x00\x03\x00\x00\x00\x04\x00\x00\x00\x05\x00\x00\x00", 8, 256)},
 		{name: "zero block size hashes nothing", req: completions("m", long, ""), blockToks: 0, maxBlocks: 256, wantLen: 0},
 		{name: "bad chat content is an error", req: chat("m", framework.Message{Role: "user", Content: 42}), blockToks: 1, maxBlocks: 256,
 			wantLen: 0, wantErrSub: "messages[0]"},
@@ -128,6 +137,15 @@ func TestEncodeChatMessages(t *testing.T) {
 			}}},
 			want: `[{"role":"user","content":[{"type":"text","text":"hi","image_url":{},"input_audio":{},"video_url":{}},` +
 				`{"type":"image_url","image_url":{"url":"http://x/y.png"},"input_audio":{},"video_url":{}}]}]`},
+		{name: "inline image by digest, file part kept",
+			msgs: []framework.Message{{Role: "user", Content: []any{
+				map[string]any{"type": "image_url", "image_url": map[string]any{"url": "data:image/png;base64,AAAA"}},
+				map[string]any{"type": "file", "file": map[string]any{"file_id": "f-1"}},
+			}}},
+			want: `[{"role":"user","content":[{"type":"image_url","image_url":{"url":"` + digestOf("data:image/png;base64,AAAA") +
+				`"},"input_audio":{},"video_url":{}},{"type":"file","image_url":{},"input_audio":{},"video_url":{},"file":{"file_id":"f-1"}}]}]`},
+		{name: "tool calls kept", msgs: []framework.Message{{Role: "assistant", ToolCalls: []any{map[string]any{"id": "x"}}}, {Role: "tool", ToolCallID: "x", Content: "ok"}},
+			want: `[{"role":"assistant","content":"","tool_calls":[{"id":"x"}]},{"role":"tool","content":"ok","tool_call_id":"x"}]`},
 		{name: "empty block list stays a list", msgs: []framework.Message{{Role: "user", Content: []any{}}},
 			want: `[{"role":"user","content":[]}]`},
 		{name: "number content is refused", msgs: []framework.Message{{Role: "user", Content: 3.5}}, wantErr: true},
@@ -137,7 +155,7 @@ func TestEncodeChatMessages(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := encodeChatMessages(tc.msgs)
+			got, err := encodeChatMessages(tc.msgs, nil)
 			if tc.wantErr {
 				if err == nil {
 					t.Fatalf("want an error, got %s", got)

@@ -5,8 +5,6 @@ import (
 	"sync"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
-
-	"github.com/eppkit/eppkit/internal/mutant"
 )
 
 // index is the approximate prefix-cache index of the legacy scorer (SPEC §2.2): for each
@@ -84,15 +82,6 @@ func (ix *index) match(hashes []uint64) map[string]int {
 		}
 		for ep := range set {
 			res[ep]++
-		}
-	}
-	if mutant.Enabled && mutant.On(mutant.LegacyMatchOffByOne) {
-		for ep, n := range res {
-			if n > 1 {
-				res[ep] = n - 1
-			} else {
-				delete(res, ep)
-			}
 		}
 	}
 	return res

@@ -17,26 +17,53 @@
 //	pkg/epp/framework/interface/scheduling/types.go                                    (Prompt, Message, Content JSON shapes)
 //	pkg/epp/config/loader/configloader.go                                              (scorer parameters → auto-created producer)
 //
-// # Hashing (SPEC §2.1), exactly as v1.5.0
+// # Input (SPEC §2.1, §9.1)
 //
-//   - Input text. Completions: the prompt string; an array prompt is joined with one space
-//     (v1.5.0 Prompt.PlainText: strings.Join(p.Strings, " ")) — the request parser stores the joined
-//     string in framework.CompletionsRequest.Prompt. Chat: json.Marshal of the messages as typed
-//     structs: each message {"role" (omitted when empty), "content"}; content is the raw string when
-//     it is a non-empty string, else the array of content blocks when it is an array, else "";
-//     each content block is {"type", "text" (omitted when empty), "image_url":{"url"?},
-//     "input_audio":{"data"?,"format"?}, "video_url":{"url"?}} — unknown block fields are dropped and
-//     the three sub-objects are always present. Go's encoding/json defaults apply (<, >, & escaped as
-//     \u003c, \u003e, \u0026; U+2028/U+2029 escaped). Tools, documents and the other chat fields do not
-//     take part (v1.5.0 hashes only the messages).
-//   - Block size in characters (bytes of the input) = blockSizeTokens × 4.
-//   - An input shorter than one block yields no hashes (TotalBlocks = 0). An input longer than
-//     maxBlocks × blockChars is truncated to that many bytes. The trailing partial block is NOT
-//     hashed in v1.5.0 (later upstream commits, GIE PR #2823, hash it; v1.5.0 does not).
+//   - Completions prompt and embeddings input: the text as sent (an array of strings joined with
+//     one space, as v1.5.0 Prompt.PlainText: strings.Join(p.Strings, " ") — the request parser
+//     stores the joined string), or the token ids ([]int, or [][]int concatenated in order).
+//   - Chat: json.Marshal of the messages as typed structs, as v1.5.0 encodes them: each message
+//     {"role" (omitted when empty), "content"}; content is the raw string when it is a non-empty
+//     string, else the array of content blocks when it is an array, else ""; each content block
+//     is {"type", "text" (omitted when empty), "image_url":{"url"?}, "input_audio":{"data"?,
+//     "format"?}, "video_url":{"url"?}} — unknown block fields are dropped and the three
+//     sub-objects are always present. Go's encoding/json defaults apply (<, >, & escaped as
+//     <, >, &; U+2028/U+2029 escaped). eppkit adds, so that every part reaches the
+//     hash by identity (each addition is omitted when empty, so a chat of text and URL parts
+//     encodes byte for byte as in v1.5.0): inline data — a data: URL (RFC 2397) in image_url or
+//     video_url, input_audio.data — is replaced by its Digest ("xxh64:" + 16 hex digits of
+//     xxhash64); a file part keeps "file":{"file_id"?, "filename"?, "file_data"? (Digest)}; an
+//     assistant message keeps "tool_calls" as sent and a tool message "tool_call_id"; non-empty
+//     "tools" come first, as {"tools":[...]} before the messages array (chat templates render them
+//     before the conversation).
+//   - Anthropic Messages: the list [{"role":"system","content":system}?, {"role","content"} per
+//     message], and OpenAI Responses: [{"role":"system","content":instructions}?, then
+//     {"role":"user","content":input} for a string input or each input item as sent]; in that
+//     list every data: URL string and every string under a "data" or "file_data" key is replaced
+//     by its Digest; encoded with encoding/json (map keys sorted); non-empty tools first as above.
+//   - Any other API: no input (no blocks; routed without prefix affinity).
+//
+// # Hashing (SPEC §2.1)
+//
+//   - Text blocks are blockSizeTokens × 4 characters (Unicode code points; a block never ends
+//     inside a UTF-8 sequence; an invalid byte counts as one character). For ASCII this is
+//     v1.5.0's byte blocks. Token-id blocks are blockSizeTokens ids, each written as 4
+//     little-endian bytes.
+//   - The trailing partial block is hashed as a last, shorter block, so an input shorter than one
+//     block has one block (GIE PR #2823 does the same upstream, after v1.5.0). An empty input has
+//     none. At most maxBlocks blocks are hashed (the input is cut after them).
 //   - seed = xxhash64(targetModel ‖ cacheSalt), the salt written only when non-empty;
 //     h_i = xxhash64(block_i ‖ littleEndian64(h_{i−1})), h_{−1} = seed. The seed itself is not a block.
 //   - maxBlocks = maxPrefixBlocksToMatch (default 256), or maxPrefixTokensToMatch / blockSizeTokens
 //     when maxPrefixTokensToMatch > 0 (a v1.5.0 parameter SPEC does not name; we accept it).
+//   - The input-token estimate of SPEC §4.1 (Input.EstimateTokens) counts the same input: one
+//     token per id, or one per CJK ideograph, kana or Hangul syllable plus one per 4 other
+//     characters.
+//
+// HashCompat (ProducerParameters.Compat, Go only) reverts these amendments one by one to v1.5.0's
+// rules — no trailing partial block, byte blocks, v1.5.0's chat encoding — for the score-parity
+// tool (tools/gie-v1.5.0/score-parity), which compares with the real module and names every
+// difference by the rule that causes it.
 //
 // # Where v1.5.0 and SPEC differ, and what this package does
 //

@@ -12,7 +12,6 @@ import (
 
 	"k8s.io/utils/clock"
 
-	"github.com/eppkit/eppkit/internal/mutant"
 	"github.com/eppkit/eppkit/reference/framework"
 )
 
@@ -69,6 +68,9 @@ type ProducerParameters struct {
 	// LRUCapacityPerServer is each endpoint's LRU capacity in blocks (default 31250, > 0) unless
 	// AutoTune takes it from the endpoint's CacheNumGPUBlocks.
 	LRUCapacityPerServer int `json:"lruCapacityPerServer"`
+	// Compat reverts hashing rules to upstream v1.5.0's (HashCompat). It has no JSON name: only the
+	// score-parity tool sets it, in Go.
+	Compat HashCompat `json:"-"`
 }
 
 // DefaultProducerParameters returns the defaults: autoTune true, blockSizeTokens 16,
@@ -267,7 +269,7 @@ func (p *Producer) PrepareRequestData(ctx context.Context, req *framework.LLMReq
 		return err
 	}
 	blockSize := p.BlockSizeTokens(endpoints)
-	hashes, err := HashRequest(req, blockSize, p.maxBlocks(blockSize))
+	hashes, err := HashRequestCompat(req, blockSize, p.maxBlocks(blockSize), p.params.Compat)
 	if err != nil {
 		p.logger.Debug("request not hashed for prefix matching", "plugin", p.typedName.String(),
 			"requestID", req.RequestID, "reason", err)
@@ -287,9 +289,6 @@ func (p *Producer) PrepareRequestData(ctx context.Context, req *framework.LLMReq
 		p.logger.Warn("request has no ID; its prefix state is not kept and PreRequest will not index it",
 			"plugin", p.typedName.String())
 		return nil
-	}
-	if mutant.Enabled && mutant.On(mutant.PluginStateScoreOnly) {
-		return nil // the pre-GIE-PR-#2005 defect: no state for PreRequest unless a scorer writes it
 	}
 	p.state.Write(req.RequestID, p.stateKey, &RequestState{Hashes: hashes, Matches: matches, BlockSizeTokens: blockSize})
 	return nil

@@ -132,11 +132,12 @@ func TestProducerPreRequestPrefillAndEdgeCases(t *testing.T) {
 	if _, ok := p.Index().Capacity("10.0.0.3:8000"); ok {
 		t.Fatalf("indexed without state")
 	}
-	// Short prompt: zero blocks everywhere, still an attribute on every endpoint.
+	// A prompt shorter than one block is one partial block (SPEC §2.1), unmatched everywhere,
+	// still an attribute on every endpoint.
 	eps4 := endpoints(mds, nil)
 	_ = p.PrepareRequestData(ctx, completions("r4", "m", "abc"), eps4)
 	for _, ep := range eps4 {
-		if diff := cmp.Diff(PrefixCacheMatchInfo{BlockSizeTokens: 1}, infoOf(t, ep)); diff != "" {
+		if diff := cmp.Diff(PrefixCacheMatchInfo{TotalBlocks: 1, BlockSizeTokens: 1}, infoOf(t, ep)); diff != "" {
 			t.Fatalf("(-want +got):\n%s", diff)
 		}
 	}
@@ -309,9 +310,9 @@ func TestProducerChatAndSalt(t *testing.T) {
 	eps := endpoints(mds, nil)
 	_ = p.PrepareRequestData(ctx, req, eps)
 	total := infoOf(t, eps[0]).TotalBlocks
-	input, _ := InputText(req.Body)
-	if want := len(input) / 16; total != want {
-		t.Fatalf("TotalBlocks = %d, want len(encoded messages)/16 = %d", total, want)
+	input, _ := RequestInput(req.Body)
+	if want := (len(input.Text) + 15) / 16; total != want {
+		t.Fatalf("TotalBlocks = %d, want ⌈len(encoded messages)/16⌉ = %d", total, want)
 	}
 	p.PreRequest(ctx, req, pick("default", eps[0]))
 

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"math"
 
-	"github.com/eppkit/eppkit/internal/mutant"
 	"github.com/eppkit/eppkit/reference/framework"
 )
 
@@ -78,9 +77,6 @@ func (s *Scorer) Score(_ context.Context, _ *framework.CycleState, _ *framework.
 			continue
 		}
 		out[ep.Key()] = MatchScore(ep)
-		if mutant.Enabled && mutant.On(mutant.PrefixAffinityOff) {
-			out[ep.Key()] = 0
-		}
 	}
 	return out
 }
@@ -93,9 +89,6 @@ func (s *Scorer) ScoreIndexed(_ context.Context, _ *framework.CycleState, _ *fra
 			continue
 		}
 		out[i] = MatchScore(ep)
-		if mutant.Enabled && mutant.On(mutant.PrefixAffinityOff) {
-			out[i] = 0
-		}
 	}
 }
 

@@ -107,7 +107,7 @@ func (s *MinMaxScorer) Score(_ context.Context, _ *framework.CycleState, _ *fram
 	for _, ep := range endpoints {
 		out[ep.Key()] = s.score(ep, lo, hi)
 	}
-	return mutantFlatten(s.typedName.Type, out)
+	return out
 }
 
 // ScoreIndexed writes Score's value for endpoints[i] into out[i] (framework.IndexedScorer).
@@ -116,7 +116,6 @@ func (s *MinMaxScorer) ScoreIndexed(_ context.Context, _ *framework.CycleState, 
 	for i, ep := range endpoints {
 		out[i] = s.score(ep, lo, hi)
 	}
-	mutantFlattenIndexed(s.typedName.Type, out)
 }
 
 // bounds returns the smallest and largest metric value over endpoints.
@@ -157,7 +156,7 @@ func (s *KVCacheScorer) Score(_ context.Context, _ *framework.CycleState, _ *fra
 	for _, ep := range endpoints {
 		out[ep.Key()] = kvScore(ep)
 	}
-	return mutantFlatten(s.typedName.Type, out)
+	return out
 }
 
 // ScoreIndexed writes Score's value for endpoints[i] into out[i] (framework.IndexedScorer).
@@ -165,7 +164,6 @@ func (s *KVCacheScorer) ScoreIndexed(_ context.Context, _ *framework.CycleState,
 	for i, ep := range endpoints {
 		out[i] = kvScore(ep)
 	}
-	mutantFlattenIndexed(s.typedName.Type, out)
 }
 
 // kvScore is 1 − KVCacheUsage clamped to [0,1], NaN usage counting as full.
@@ -206,7 +204,7 @@ func (s *LoRAAffinityScorer) Score(_ context.Context, _ *framework.CycleState, r
 	for _, ep := range endpoints {
 		out[ep.Key()] = LoRAAffinity(metricsOf(ep), model)
 	}
-	return mutantFlatten(s.typedName.Type, out)
+	return out
 }
 
 // ScoreIndexed writes Score's value for endpoints[i] into out[i] (framework.IndexedScorer).
@@ -218,7 +216,6 @@ func (s *LoRAAffinityScorer) ScoreIndexed(_ context.Context, _ *framework.CycleS
 	for i, ep := range endpoints {
 		out[i] = LoRAAffinity(metricsOf(ep), model)
 	}
-	mutantFlattenIndexed(s.typedName.Type, out)
 }
 
 // LoRAAffinity returns the lora-affinity-scorer tier of one endpoint's metrics for a model.

@@ -8,6 +8,7 @@ go 1.26.0
 
 require (
 	github.com/eppkit/eppkit v0.0.0
+	github.com/eppkit/eppkit/tools/prefixtrace v0.0.0
 	k8s.io/apimachinery v0.37.2
 	k8s.io/utils v0.0.0-20261023123148-ca04ba58ecab
 	sigs.k8s.io/gateway-api-inference-extension v1.5.0
@@ -53,8 +54,8 @@ require (
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/spf13/pflag v1.0.10 // indirect
 	github.com/x448/float16 v0.8.4 // indirect
-	go.opentelemetry.io/otel v1.44.0 // indirect
-	go.opentelemetry.io/otel/trace v1.44.0 // indirect
+	go.opentelemetry.io/otel v1.45.0 // indirect
+	go.opentelemetry.io/otel/trace v1.45.0 // indirect
 	go.uber.org/multierr v1.11.0 // indirect
 	go.uber.org/zap v1.28.0 // indirect
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
@@ -84,3 +85,5 @@ require (
 )
 
 replace github.com/eppkit/eppkit => ../../..
+
+replace github.com/eppkit/eppkit/tools/prefixtrace => ../../prefixtrace

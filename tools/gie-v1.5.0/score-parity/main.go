@@ -4,7 +4,13 @@
 // pkg/epp/framework/plugins/requestcontrol/dataproducer/approximateprefix and
 // pkg/epp/framework/plugins/scheduling/scorer/prefix) and to eppkit's reference/plugins/prefix,
 // and compares every endpoint's score exactly (float64 equality, plus MatchBlocks/TotalBlocks).
-// It then benchmarks both PrepareRequestData paths on reference/plugins/benchfixture in one run.
+// It then benchmarks both PrepareRequestData paths on internal/benchfixture in one run.
+//
+// The comparison with upstream runs eppkit's producer in its v1.5.0-compatible hashing mode
+// (prefix.V150). A chain of further eppkit producers then turns SPEC's amendments of the hashing
+// on one by one (D3 parts by identity, D4 character blocks, D5 trailing partial block; see
+// amendments) and names, for every endpoint whose match SPEC's hashing changes, the amendment
+// that changes it.
 //
 // Exit status: 0 when every score matched or differs only by D1/D2 (upstream v1.5.0 defects,
 // see runWorkload and reports/interop/score-parity.md), 1 on any other mismatch (printed with
@@ -21,6 +27,7 @@ import (
 	"reflect"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -35,10 +42,10 @@ import (
 	uprod "sigs.k8s.io/gateway-api-inference-extension/pkg/epp/framework/plugins/requestcontrol/dataproducer/approximateprefix"
 	uscorer "sigs.k8s.io/gateway-api-inference-extension/pkg/epp/framework/plugins/scheduling/scorer/prefix"
 
+	"github.com/eppkit/eppkit/internal/benchfixture"
+	"github.com/eppkit/eppkit/internal/prefixworkload"
 	"github.com/eppkit/eppkit/reference/framework"
-	"github.com/eppkit/eppkit/reference/plugins/benchfixture"
 	"github.com/eppkit/eppkit/reference/plugins/prefix"
-	"github.com/eppkit/eppkit/reference/plugins/prefixworkload"
 )
 
 // upstreamEffectiveLRU is upstream v1.5.0's defaultLRUCapacityPerServer, the capacity its
@@ -49,27 +56,61 @@ func main() {
 	seed := flag.Int64("seed", 0, "base seed (0 = time-based; printed)")
 	runs := flag.Int("runs", 12, "number of workloads (shapes cycle through the list in shapes())")
 	requests := flag.Int("requests", 300, "requests per workload")
-	bench := flag.Bool("bench", true, "benchmark both producers on reference/plugins/benchfixture")
+	bench := flag.Bool("bench", true, "benchmark both producers on internal/benchfixture")
+	record := flag.String("record", "", "write the first workload's trace (JSON lines, record.go) to this file; with -runs=1 -bench=false, what `make interop-llmd-prefix-scores` replays on GIE v1.4.0")
+	recordShape := flag.Int("record-shape", 0, "with -record: the shape (index into shapes()) of the recorded workload")
 	flag.Parse()
 	if *seed == 0 {
 		*seed = time.Now().UnixNano()
+	}
+	var rec *recorder
+	if *record != "" {
+		if *recordShape < 0 || *recordShape >= len(shapes()) {
+			fmt.Fprintf(os.Stderr, "score-parity: -record-shape %d: want 0..%d\n", *recordShape, len(shapes())-1)
+			os.Exit(2)
+		}
+		f, err := os.Create(*record)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "score-parity: -record: %v\n", err)
+			os.Exit(2)
+		}
+		rec = newRecorder(f)
 	}
 	fmt.Printf("score-parity: seed=%d (repro: make interop-score-parity SEED=%d, or cd tools/gie-v1.5.0/score-parity && go run . -seed=%d)\n", *seed, *seed, *seed)
 	var total counts
 	for r := 0; r < *runs; r++ {
 		sh := shapes()[r%len(shapes())]
 		s := *seed + int64(r)
-		c, err := runWorkload(s, sh, *requests)
+		var wrec *recorder
+		if r == 0 && rec != nil {
+			sh, wrec = shapes()[*recordShape], rec
+		}
+		c, err := runWorkload(s, sh, *requests, wrec)
+		if err == nil && wrec != nil {
+			err = wrec.err
+		}
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "score-parity: run %d seed %d shape %+v: %v\n", r, s, sh, err)
 			os.Exit(2)
 		}
-		fmt.Printf("run %2d seed=%d shape=%+v: %d scores compared, %d differ by D1, %d by D2 (%d of them cross-endpoint), %d unexplained mismatches; %d endpoints left the pool\n",
-			r, s, sh, c.Compared, c.D1, c.D2, c.D2Cross, c.Unexplained, c.Leaves)
+		fmt.Printf("run %2d seed=%d shape=%+v: %d scores compared, %d differ by D1, %d by D2 (%d of them cross-endpoint), %d unexplained mismatches; %d endpoints left the pool; SPEC hashing changes %d matches (%s)\n",
+			r, s, sh, c.Compared, c.D1, c.D2, c.D2Cross, c.Unexplained, c.Leaves, c.amendedTotal(), c.amendedString())
 		total.add(c)
+		if wrec != nil {
+			if err := rec.close(); err != nil {
+				fmt.Fprintf(os.Stderr, "score-parity: -record: %v\n", err)
+				os.Exit(2)
+			}
+			fmt.Printf("recorded run %d (seed %d, shape %d) to %s\n", r, s, *recordShape, *record)
+		}
 	}
 	fmt.Printf("score-parity: seed=%d: %d scores compared over %d workloads, %d equal, %d differ by D1 (upstream ignores lruCapacityPerServer), %d by D2 (upstream keeps blocks evicted within one request; %d of them on an endpoint holding no such block), %d unexplained mismatches; %d endpoints left the pool\n",
 		*seed, total.Compared, *runs, total.Compared-total.D1-total.D2-total.Unexplained, total.D1, total.D2, total.D2Cross, total.Unexplained, total.Leaves)
+	fmt.Printf("score-parity: seed=%d: SPEC's hashing (the reference EPP's) vs v1.5.0 mode: %d of %d endpoint matches differ, by amendment: %s\n",
+		*seed, total.amendedTotal(), total.SpecCompared, total.amendedString())
+	for _, a := range amendments {
+		fmt.Printf("  %s: %s\n", a.name, a.rule)
+	}
 	if *bench {
 		if err := benchmark(); err != nil {
 			fmt.Fprintf(os.Stderr, "score-parity: benchmark: %v\n", err)
@@ -132,6 +173,28 @@ type pair struct {
 	// upstream exactly where ours does not.
 	eff      *prefix.Producer
 	ourState *framework.PluginState
+	// chain are eppkit producers that turn SPEC's amended hashing rules on one at a time (all
+	// with ours' parameters): chain[0] is ours (v1.5.0 mode), chain[k] adds amendments[k-1], the
+	// last is SPEC. A score where SPEC and v1.5.0 mode differ is attributed to the first rule
+	// whose step changes it (see amendments).
+	chain      []*prefix.Producer
+	chainState []*framework.PluginState
+}
+
+// amendment is one rule by which SPEC §2.1/§9.1 hashing differs from upstream v1.5.0's
+// (prefix.HashCompat), named as reports/interop/score-parity.md names it.
+type amendment struct {
+	name, rule string
+	apply      func(*prefix.HashCompat)
+}
+
+// The order is the chain's: the rules that touch few requests first, so that the trailing
+// partial block, which changes almost every request's TotalBlocks, takes only what the others
+// leave.
+var amendments = []amendment{
+	{"D3", "non-text parts by identity: inline data by digest, file parts, tool calls (SPEC §9.1)", func(c *prefix.HashCompat) { c.V150Chat = false }},
+	{"D4", "blocks cut in characters, not bytes (SPEC §2.1)", func(c *prefix.HashCompat) { c.ByteBlocks = false }},
+	{"D5", "trailing partial block hashed (SPEC §2.1; GIE PR #2823)", func(c *prefix.HashCompat) { c.NoPartialBlock = false }},
 }
 
 func newPair(ctx context.Context, raw json.RawMessage) (*pair, error) {
@@ -149,6 +212,9 @@ func newPair(ctx context.Context, raw json.RawMessage) (*pair, error) {
 	if err != nil {
 		return nil, fmt.Errorf("eppkit parameters: %w", err)
 	}
+	// ours and eff hash as v1.5.0 does (prefix.V150), so that they can match upstream exactly;
+	// the chain measures SPEC's amendments on top.
+	pp.Compat = prefix.V150
 	ours, err := prefix.NewProducer("p", pp, oh)
 	if err != nil {
 		return nil, fmt.Errorf("eppkit producer: %w", err)
@@ -163,12 +229,32 @@ func newPair(ctx context.Context, raw json.RawMessage) (*pair, error) {
 	if err != nil {
 		return nil, fmt.Errorf("eppkit scorer: %w", err)
 	}
-	return &pair{up: up, upPrep: up.(interface {
+	pr := &pair{up: up, upPrep: up.(interface {
 		PrepareRequestData(context.Context, *ufw.LLMRequest, []ufw.Endpoint) error
 	}), upPre: up.(interface {
 		PreRequest(context.Context, *ufw.LLMRequest, *ufw.SchedulingResult)
-	}), upWG: upstreamWaitGroup(up), upScorer: sc, ours: ours, eff: eff, ourSc: osc, ourState: oh.state}, nil
+	}), upWG: upstreamWaitGroup(up), upScorer: sc, ours: ours, eff: eff, ourSc: osc, ourState: oh.state}
+	pr.chain, pr.chainState = []*prefix.Producer{ours}, []*framework.PluginState{oh.state}
+	compat := prefix.V150
+	for i, a := range amendments {
+		a.apply(&compat)
+		pc := pp
+		pc.Compat = compat
+		h := newHandle(ctx)
+		c, err := prefix.NewProducer(fmt.Sprintf("chain%d", i+1), pc, h)
+		if err != nil {
+			return nil, fmt.Errorf("eppkit producer (%s): %w", a.name, err)
+		}
+		pr.chain, pr.chainState = append(pr.chain, c), append(pr.chainState, h.state)
+	}
+	if compat != (prefix.HashCompat{}) {
+		return nil, fmt.Errorf("the amendments do not add up to SPEC's hashing: %+v left", compat)
+	}
+	return pr, nil
 }
+
+// spec is the producer with SPEC's hashing (the reference EPP's), the chain's last.
+func (p *pair) spec() *prefix.Producer { return p.chain[len(p.chain)-1] }
 
 // upstreamWaitGroup returns the unexported wg of upstream's prepareData: its PreRequest adds to
 // the indexer in a goroutine (plugin.go, p.wg.Go), which upstream's own tests wait on. We wait on
@@ -181,7 +267,7 @@ func upstreamWaitGroup(p uplugin.Plugin) *sync.WaitGroup {
 	return (*sync.WaitGroup)(unsafe.Pointer(f.UnsafeAddr()))
 }
 
-// runWorkload runs n requests of the suites/equivalence workload (reference/plugins/prefixworkload:
+// runWorkload runs n requests of the suites/equivalence workload (internal/prefixworkload:
 // shared templates, chat and completions shapes, models, salts, a pool of 1–16 endpoints with
 // optional small num_gpu_blocks, shuffled candidate order, endpoints leaving and joining) through
 // both producers and scorers, and counts the compared scores by outcome.
@@ -203,7 +289,7 @@ func upstreamWaitGroup(p uplugin.Plugin) *sync.WaitGroup {
 // stops, crediting other endpoints with the blocks they hold after it. A mismatch is counted as D2
 // only when d2Model, built from the D1 producer's index plus upstream's ghost entries (each of
 // which must come from an overflowing request), reproduces upstream's MatchBlocks exactly.
-func runWorkload(seed int64, sh shape, n int) (counts, error) {
+func runWorkload(seed int64, sh shape, n int, rec *recorder) (counts, error) {
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x5eed))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -213,6 +299,7 @@ func runWorkload(seed int64, sh shape, n int) (counts, error) {
 	}
 	w := prefixworkload.New(rng, prefixworkload.Config{MaxBlocks: sh.MaxBlocks, PoolBlockSize: sh.PoolBlockSize, ValidUTF8: true})
 	w.InitialPool()
+	rec.config(seed, sh)
 	mds := map[string]*framework.EndpointMetadata{} // by Key(), every endpoint ever in the pool
 	names := map[string]string{}                    // by Key(): Name
 	remember := func() {
@@ -236,6 +323,7 @@ func runWorkload(seed int64, sh shape, n int) (counts, error) {
 			p.eff.RemoveEndpoint(ev.Left)
 			md := mds[ev.Left]
 			uv.removePod(types.NamespacedName{Namespace: md.Namespace, Name: md.Name})
+			rec.leave(types.NamespacedName{Namespace: md.Namespace, Name: md.Name})
 		}
 		req, summary := w.Request(i)
 		eps := w.InPool()
@@ -262,6 +350,14 @@ func runWorkload(seed int64, sh shape, n int) (counts, error) {
 		if err := p.eff.PrepareRequestData(ctx, req, effs); err != nil {
 			return counts{}, fmt.Errorf("%s: eppkit (effective) PrepareRequestData: %w", summary, err)
 		}
+		chainEps := make([][]*framework.Endpoint, len(p.chain))
+		chainEps[0] = ours
+		for k := 1; k < len(p.chain); k++ {
+			chainEps[k] = w.Snapshot()
+			if err := p.chain[k].PrepareRequestData(ctx, req, chainEps[k]); err != nil {
+				return counts{}, fmt.Errorf("%s: eppkit (%s) PrepareRequestData: %w", summary, amendments[k-1].name, err)
+			}
+		}
 		hashes, err := requestHashes(p, req)
 		if err != nil {
 			return counts{}, fmt.Errorf("%s: %w", summary, err)
@@ -269,6 +365,19 @@ func runWorkload(seed int64, sh shape, n int) (counts, error) {
 		oscores := p.ourSc.Score(ctx, nil, req, ours)
 		uscores := p.upScorer.Score(ctx, nil, ureq, ups)
 		var model *d2Model // built at the first mismatch D1 does not explain
+		for j := range eps {
+			// SPEC vs v1.5.0 mode, attributed to the first amendment whose step changes the
+			// endpoint's match.
+			prevM, prevT := matchInfo(chainEps[0][j])
+			c.SpecCompared++
+			for k := 1; k < len(p.chain); k++ {
+				m, t := matchInfo(chainEps[k][j])
+				if m != prevM || t != prevT {
+					c.Amended[k-1]++
+					break
+				}
+			}
+		}
 		for j, e := range eps {
 			o := oscores[e.Metadata.Key()]
 			u := uscores[ups[j]]
@@ -299,6 +408,7 @@ func runWorkload(seed int64, sh shape, n int) (counts, error) {
 		}
 		// Both pick the same random endpoint; both record it.
 		t := rng.IntN(len(eps))
+		rec.request(req, summary, ups, uscores, t)
 		if capacity := upstreamCapacity(sh, eps[t]); len(hashes) > capacity {
 			g := ghostable[eps[t].Metadata.Name]
 			if g == nil {
@@ -313,6 +423,10 @@ func runWorkload(seed int64, sh shape, n int) (counts, error) {
 			ProfileResults: map[string]*framework.ProfileRunResult{"default": {TargetEndpoints: []*framework.Endpoint{ours[t]}}}})
 		p.eff.PreRequest(ctx, req, &framework.SchedulingResult{PrimaryProfileName: "default",
 			ProfileResults: map[string]*framework.ProfileRunResult{"default": {TargetEndpoints: []*framework.Endpoint{effs[t]}}}})
+		for k := 1; k < len(p.chain); k++ {
+			p.chain[k].PreRequest(ctx, req, &framework.SchedulingResult{PrimaryProfileName: "default",
+				ProfileResults: map[string]*framework.ProfileRunResult{"default": {TargetEndpoints: []*framework.Endpoint{chainEps[k][t]}}}})
+		}
 		p.upPre.PreRequest(ctx, ureq, &ufw.SchedulingResult{PrimaryProfileName: "default",
 			ProfileResults: map[string]*ufw.ProfileRunResult{"default": {TargetEndpoints: []ufw.Endpoint{ups[t]}}}})
 		p.upWG.Wait()
@@ -350,26 +464,20 @@ func upMatchInfo(ep ufw.Endpoint) (int, int) {
 }
 
 // toUpstream converts a request the way upstream receives it: our body is encoded as the OpenAI
-// JSON a client would send and decoded with upstream's own types (Content.UnmarshalJSON etc.).
+// JSON a client would send (wireBody) and decoded with upstream's own types (Content.UnmarshalJSON etc.).
 func toUpstream(req *framework.LLMRequest) (*ufw.LLMRequest, error) {
 	out := &ufw.LLMRequest{RequestId: req.RequestID, TargetModel: req.TargetModel, Headers: req.Headers, Body: &ufw.LLMRequestBody{}}
-	switch {
-	case req.Body.Completions != nil:
-		wire, err := json.Marshal(map[string]any{"model": req.TargetModel, "prompt": req.Body.Completions.Prompt,
-			"cache_salt": req.Body.Completions.CacheSalt})
-		if err != nil {
-			return nil, err
-		}
+	path, wire, err := wireBody(req)
+	if err != nil {
+		return nil, err
+	}
+	switch path {
+	case pathCompletions:
 		out.Body.Completions = &ufw.CompletionsRequest{}
 		if err := json.Unmarshal(wire, out.Body.Completions); err != nil {
 			return nil, fmt.Errorf("upstream completions decode: %w", err)
 		}
-	case req.Body.ChatCompletions != nil:
-		wire, err := json.Marshal(map[string]any{"model": req.TargetModel, "messages": req.Body.ChatCompletions.Messages,
-			"cache_salt": req.Body.ChatCompletions.CacheSalt})
-		if err != nil {
-			return nil, err
-		}
+	case pathChat:
 		out.Body.ChatCompletions = &ufw.ChatCompletionsRequest{}
 		if err := json.Unmarshal(wire, out.Body.ChatCompletions); err != nil {
 			return nil, fmt.Errorf("upstream chat decode: %w", err)
@@ -378,8 +486,31 @@ func toUpstream(req *framework.LLMRequest) (*ufw.LLMRequest, error) {
 	return out, nil
 }
 
+// The request paths of the two body kinds the workload draws.
+const (
+	pathCompletions = "/v1/completions"
+	pathChat        = "/v1/chat/completions"
+)
+
+// wireBody returns the request path and the OpenAI JSON body a client would send for req.
+func wireBody(req *framework.LLMRequest) (string, []byte, error) {
+	switch {
+	case req.Body.Completions != nil:
+		b, err := json.Marshal(map[string]any{"model": req.TargetModel, "prompt": req.Body.Completions.Prompt,
+			"cache_salt": req.Body.Completions.CacheSalt})
+		return pathCompletions, b, err
+	case req.Body.ChatCompletions != nil:
+		b, err := json.Marshal(map[string]any{"model": req.TargetModel, "messages": req.Body.ChatCompletions.Messages,
+			"cache_salt": req.Body.ChatCompletions.CacheSalt})
+		return pathChat, b, err
+	}
+	return "", nil, fmt.Errorf("%s: neither completions nor chat", req.RequestID)
+}
+
 // benchmark measures one PrepareRequestData on the benchfixture (100 endpoints, 8,000-character
-// prompt, 10 full and 30 half matches) for both, in one process, and prints the ratio.
+// ASCII prompt, 10 full and 30 half matches; SPEC's hashing and v1.5.0's agree on it) for
+// upstream and for eppkit's producer with SPEC's hashing (the reference EPP's), in one process,
+// and prints the ratio.
 func benchmark() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -396,12 +527,13 @@ func benchmark() error {
 		}
 		return out
 	}
+	ours, ourState := p.spec(), p.chainState[len(p.chainState)-1]
 	for _, w := range benchfixture.Warmups() {
 		eps := benchfixture.NewEndpoints(mds)
-		if err := p.ours.PrepareRequestData(ctx, w.Request, eps); err != nil {
+		if err := ours.PrepareRequestData(ctx, w.Request, eps); err != nil {
 			return err
 		}
-		p.ours.PreRequest(ctx, w.Request, &framework.SchedulingResult{PrimaryProfileName: "default",
+		ours.PreRequest(ctx, w.Request, &framework.SchedulingResult{PrimaryProfileName: "default",
 			ProfileResults: map[string]*framework.ProfileRunResult{"default": {TargetEndpoints: []*framework.Endpoint{eps[w.Target]}}}})
 		ureq, err := toUpstream(w.Request)
 		if err != nil {
@@ -422,7 +554,7 @@ func benchmark() error {
 	}
 	eps := benchfixture.NewEndpoints(mds)
 	ueps := toUp()
-	if err := p.ours.PrepareRequestData(ctx, req, eps); err != nil {
+	if err := ours.PrepareRequestData(ctx, req, eps); err != nil {
 		return err
 	}
 	if err := p.upPrep.PrepareRequestData(ctx, ureq, ueps); err != nil {
@@ -438,8 +570,8 @@ func benchmark() error {
 	ourRes := testing.Benchmark(func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			_ = p.ours.PrepareRequestData(ctx, req, eps)
-			p.ourState.DeleteKey(req.RequestID, p.ours.StateKey())
+			_ = ours.PrepareRequestData(ctx, req, eps)
+			ourState.DeleteKey(req.RequestID, ours.StateKey())
 		}
 	})
 	upRes := testing.Benchmark(func(b *testing.B) {
@@ -464,6 +596,28 @@ type counts struct {
 	D2Cross     int // of D2: on an endpoint holding none of the request's ghost blocks
 	Unexplained int // differing, explained by neither
 	Leaves      int // endpoints that left the pool (and every index)
+	// SpecCompared counts endpoints compared between SPEC's hashing and v1.5.0 mode; Amended[k]
+	// those whose match (MatchBlocks, TotalBlocks) first changes at amendments[k].
+	SpecCompared int
+	Amended      [3]int
+}
+
+// amendedTotal is the number of endpoints whose match differs under SPEC's hashing.
+func (c counts) amendedTotal() int {
+	n := 0
+	for _, a := range c.Amended {
+		n += a
+	}
+	return n
+}
+
+// amendedString lists the SPEC-vs-v1.5.0 differences by amendment name.
+func (c counts) amendedString() string {
+	var parts []string
+	for k, a := range amendments {
+		parts = append(parts, fmt.Sprintf("%s %d", a.name, c.Amended[k]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func (c *counts) add(o counts) {
@@ -473,6 +627,10 @@ func (c *counts) add(o counts) {
 	c.D2Cross += o.D2Cross
 	c.Unexplained += o.Unexplained
 	c.Leaves += o.Leaves
+	c.SpecCompared += o.SpecCompared
+	for k := range c.Amended {
+		c.Amended[k] += o.Amended[k]
+	}
 }
 
 // requestHashes returns the block hashes eppkit's producer computed for req (its plugin state,

@@ -252,9 +252,18 @@ func PickResponses(pick string, extra map[string]string, body []byte, chunk int,
 	return out
 }
 
-// HeaderOption is a set-header mutation with the value in raw_value, as upstream EPPs send.
+// HeaderOption is a set-header mutation with the value in raw_value, as upstream EPPs send, and
+// append_action OVERWRITE_IF_EXISTS_OR_ADD, so a value the request carried is replaced (SPEC
+// §9.3). Upstream v1.5.0 leaves append_action at its zero value, APPEND_IF_EXISTS_OR_ADD: build
+// that with HeaderOptionAction.
 func HeaderOption(k, v string) *corev3.HeaderValueOption {
-	return &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: k, RawValue: []byte(v)}}
+	return HeaderOptionAction(k, v, corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD)
+}
+
+// HeaderOptionAction is a set-header mutation with the value in raw_value and the given
+// append_action.
+func HeaderOptionAction(k, v string, action corev3.HeaderValueOption_HeaderAppendAction) *corev3.HeaderValueOption {
+	return &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: k, RawValue: []byte(v)}, AppendAction: action}
 }
 
 // StreamedBody is a request_body (request=true) or response_body streamed body mutation.

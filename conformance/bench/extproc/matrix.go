@@ -1,0 +1,481 @@
+package extproc
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/eppkit/eppkit/conformance/endpointsource/apiserver"
+	"github.com/eppkit/eppkit/conformance/harness"
+	"github.com/eppkit/eppkit/fakes/metricspage"
+	"github.com/eppkit/eppkit/fakes/nullepp"
+	"github.com/eppkit/eppkit/internal/promscrape"
+	"github.com/eppkit/eppkit/internal/supervisor"
+	"github.com/eppkit/eppkit/internal/toolcache"
+)
+
+// Targets of the picker-overhead matrix (`eppkit bench extproc --targets ...`).
+const (
+	TargetReference = "reference"
+	TargetUpstream  = "upstream"
+	// TargetNull is the floor: `eppkit bench null-epp`, which answers the protocol and
+	// decides nothing (bench_extproc_null.go).
+	TargetNull = "null"
+)
+
+// MatrixOptions configure a picker-overhead matrix: every target × endpoint count × prompt size,
+// each cell one Options run against an EPP this command starts.
+type MatrixOptions struct {
+	Targets         []string
+	EndpointCounts  []int
+	PromptSizes     []int
+	RefreshInterval time.Duration
+	UpstreamEPP     string // path of the upstream EPP binary ("" = the tools cache's gie epp)
+	LogDir          string // where the EPP logs go
+	Output          string // JSON report file ("" = none)
+	Settle          time.Duration
+	Bench           Options // per-cell load (rate or concurrency, duration, warm-up, seed)
+	// Eppkit is the eppkit binary that runs the reference and null targets ("" = this executable).
+	Eppkit string
+}
+
+// MatrixCell is one measured cell.
+type MatrixCell struct {
+	Target      string  `json:"target"`
+	Endpoints   int     `json:"endpoints"`
+	PromptBytes int     `json:"prompt_bytes"`
+	Report      *Report `json:"report,omitempty"`
+	Error       string  `json:"error,omitempty"`
+}
+
+// MatrixRatio compares the reference with the upstream EPP in one (endpoints, prompt) cell:
+// reference ÷ upstream for each figure.
+type MatrixRatio struct {
+	Endpoints          int     `json:"endpoints"`
+	PromptBytes        int     `json:"prompt_bytes"`
+	DecisionsPerSecond float64 `json:"decisions_per_second"`
+	P50                float64 `json:"latency_p50"`
+	P99                float64 `json:"latency_p99"`
+	CPUPerDecision     float64 `json:"epp_cpu_per_decision"`
+}
+
+// MatrixOverFloor is one EPP cell read against the null target's cell of the same size: the
+// EPP's figure minus the floor's. The latency fields are differences of percentiles (p50 − p50),
+// not percentiles of per-decision differences: a guide to what the decision adds, not a bound.
+type MatrixOverFloor struct {
+	Target         string  `json:"target"`
+	Endpoints      int     `json:"endpoints"`
+	PromptBytes    int     `json:"prompt_bytes"`
+	P50Ms          float64 `json:"latency_p50_ms"`
+	P99Ms          float64 `json:"latency_p99_ms"`
+	CPUPerDecision float64 `json:"epp_cpu_per_decision_ms"`
+}
+
+// MatrixReport is the JSON result of a matrix run.
+type MatrixReport struct {
+	Started                 time.Time         `json:"started"`
+	Mode                    string            `json:"mode"`
+	Concurrency             int               `json:"concurrency,omitempty"`
+	TargetRate              float64           `json:"target_rate,omitempty"`
+	DurationSeconds         float64           `json:"duration_seconds"`
+	RefreshIntervalSeconds  float64           `json:"refresh_metrics_interval_seconds"`
+	Cells                   []MatrixCell      `json:"cells"`
+	RatiosReferenceUpstream []MatrixRatio     `json:"ratios_reference_over_upstream,omitempty"`
+	OverNullFloor           []MatrixOverFloor `json:"over_null_floor,omitempty"`
+}
+
+func ParseIntList(flag, s string, lo int) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		v, err := strconv.Atoi(f)
+		if err != nil || v < lo {
+			return nil, fmt.Errorf("%s: %q is not an integer ≥ %d", flag, f, lo)
+		}
+		out = append(out, v)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s: empty list", flag)
+	}
+	return out, nil
+}
+
+func validateMatrix(m *MatrixOptions) error {
+	seen := map[string]bool{}
+	for _, t := range m.Targets {
+		if t != TargetReference && t != TargetUpstream && t != TargetNull {
+			return fmt.Errorf("--targets: %q is not %s, %s or %s", t, TargetReference, TargetUpstream, TargetNull)
+		}
+		if seen[t] {
+			return fmt.Errorf("--targets: %q listed twice", t)
+		}
+		seen[t] = true
+	}
+	for _, n := range m.EndpointCounts {
+		if n > metricspage.MaxEndpoints {
+			return fmt.Errorf("--endpoint-counts: %d is more than %d", n, metricspage.MaxEndpoints)
+		}
+	}
+	if m.RefreshInterval <= 0 {
+		return fmt.Errorf("--refresh-metrics-interval must be positive, got %v", m.RefreshInterval)
+	}
+	if m.Settle < 0 {
+		return fmt.Errorf("--settle must not be negative, got %v", m.Settle)
+	}
+	if seen[TargetUpstream] && m.UpstreamEPP == "" {
+		p, err := toolcache.Path("gie", "epp")
+		if err != nil {
+			return fmt.Errorf("--targets upstream needs the upstream EPP binary (--upstream-epp, or `eppkit tools build gie`): %w", err)
+		}
+		m.UpstreamEPP = p
+	}
+	return nil
+}
+
+// eppProcess is one EPP started for a row of the matrix.
+type eppProcess struct {
+	proc        *supervisor.Process
+	grpcAddr    string
+	metricsURL  string
+	readyMetric string // the EPP's own gauge of ready endpoints
+}
+
+func startEPPProcess(name string, args, env []string, logPath string) (*eppProcess, error) {
+	spec := supervisor.Spec{Path: name, Args: args, LogPath: logPath}
+	if env != nil {
+		spec.Env = append(os.Environ(), env...)
+	}
+	proc, err := supervisor.Start(spec)
+	if err != nil {
+		return nil, err
+	}
+	return &eppProcess{proc: proc}, nil
+}
+
+func (p *eppProcess) stop() { _ = p.proc.Stop(15 * time.Second) }
+
+// waitReady waits until the EPP's own metrics report n ready endpoints.
+func (p *eppProcess) waitReady(ctx context.Context, n int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	last := "no answer"
+	for time.Now().Before(deadline) {
+		select {
+		case <-p.proc.Exited():
+			return fmt.Errorf("the EPP exited: %v", p.proc.ExitErr())
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+		fams, err := promscrape.Get(ctx, nil, p.metricsURL)
+		if err != nil {
+			last = err.Error()
+			continue
+		}
+		v, ok := fams.First(p.readyMetric)
+		if !ok {
+			last = p.readyMetric + " not in " + p.metricsURL
+			continue
+		}
+		last = fmt.Sprintf("%s = %v", p.readyMetric, v)
+		if int(v) == n {
+			return nil
+		}
+	}
+	return fmt.Errorf("not ready after %v: %s", timeout, last)
+}
+
+// runMatrix runs every cell and prints one table; w gets progress lines and the table.
+func RunMatrix(ctx context.Context, w io.Writer, m MatrixOptions) (*MatrixReport, error) {
+	if err := validateMatrix(&m); err != nil {
+		return nil, err
+	}
+	if m.LogDir == "" {
+		d, err := os.MkdirTemp("", "eppkit-bench-extproc-")
+		if err != nil {
+			return nil, err
+		}
+		m.LogDir = d
+	} else if err := os.MkdirAll(m.LogDir, 0o755); err != nil {
+		return nil, err
+	}
+	self := m.Eppkit
+	if self == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		self = exe
+	}
+	rep := &MatrixReport{Started: time.Now().UTC(), DurationSeconds: m.Bench.Duration.Seconds(),
+		RefreshIntervalSeconds: m.RefreshInterval.Seconds()}
+	if m.Bench.Rate > 0 {
+		rep.Mode, rep.TargetRate = "open-"+m.Bench.Arrival, m.Bench.Rate
+	} else {
+		rep.Mode, rep.Concurrency = "closed", m.Bench.Concurrency
+	}
+	fmt.Fprintf(w, "picker overhead: targets %v, endpoints %v, prompts %v bytes, %s, %v per cell (+%v warm-up), metrics refresh %v; logs in %s\n",
+		m.Targets, m.EndpointCounts, m.PromptSizes, loadDescription(m.Bench), m.Bench.Duration, m.Bench.Warmup, m.RefreshInterval, m.LogDir)
+
+	var cp *apiserver.ControlPlane
+	defer func() {
+		if cp != nil {
+			_ = cp.Stop()
+		}
+	}()
+	for _, n := range m.EndpointCounts {
+		fleet, err := metricspage.StartFleet(n)
+		if err != nil {
+			return nil, err
+		}
+		for _, target := range m.Targets {
+			if target == TargetUpstream && cp == nil {
+				fmt.Fprintf(w, "starting kube-apiserver + etcd for the upstream EPP's InferencePool discovery…\n")
+				ctrllog.SetLogger(logr.Discard()) // envtest's client logs through it; nothing to say here
+				cp, err = apiserver.StartControlPlane(ctx, apiserver.ControlPlaneOptions{Dir: filepath.Join(m.LogDir, "apiserver"), KeepDir: true})
+				if err != nil {
+					fleet.Close()
+					return nil, fmt.Errorf("upstream target: %w", err)
+				}
+			}
+			cells, err := runMatrixRow(ctx, w, m, self, cp, target, fleet)
+			rep.Cells = append(rep.Cells, cells...)
+			if err != nil && ctx.Err() != nil {
+				fleet.Close()
+				return nil, ctx.Err()
+			}
+		}
+		fleet.Close()
+	}
+	rep.RatiosReferenceUpstream = matrixRatios(rep.Cells)
+	rep.OverNullFloor = matrixOverNull(rep.Cells)
+	PrintMatrix(w, rep)
+	if m.Output != "" {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(m.Output, append(b, '\n'), 0o644); err != nil {
+			return nil, fmt.Errorf("--output: %w", err)
+		}
+		fmt.Fprintf(w, "wrote %s\n", m.Output)
+	}
+	return rep, nil
+}
+
+func loadDescription(o Options) string {
+	if o.Rate > 0 {
+		return fmt.Sprintf("open loop %.0f/s (%s)", o.Rate, o.Arrival)
+	}
+	return fmt.Sprintf("closed loop, concurrency %d", o.Concurrency)
+}
+
+// runMatrixRow starts one target's EPP on the fleet and measures every prompt size against it.
+// A start failure becomes an error cell per prompt size.
+func runMatrixRow(ctx context.Context, w io.Writer, m MatrixOptions, self string, cp *apiserver.ControlPlane,
+	target string, fleet *metricspage.Fleet) ([]MatrixCell, error) {
+	n := len(fleet.Addrs)
+	fail := func(err error) ([]MatrixCell, error) {
+		fmt.Fprintf(w, "  %s, %d endpoints: %v\n", target, n, err)
+		var cells []MatrixCell
+		for _, size := range m.PromptSizes {
+			cells = append(cells, MatrixCell{Target: target, Endpoints: n, PromptBytes: size, Error: err.Error()})
+		}
+		return cells, err
+	}
+	ports, err := harness.FreePorts(3)
+	if err != nil {
+		return fail(err)
+	}
+	grpcPort, healthPort, metricsPort := ports[0], ports[1], ports[2]
+	logPath := filepath.Join(m.LogDir, fmt.Sprintf("%s-%d.log", target, n))
+	var p *eppProcess
+	switch target {
+	case TargetReference:
+		stale := max(time.Second, 4*m.RefreshInterval)
+		p, err = startEPPProcess(self, []string{"reference-epp", "--endpoints", strings.Join(fleet.Addrs, ","),
+			"--grpc-port", strconv.Itoa(grpcPort), "--grpc-health-port", strconv.Itoa(healthPort),
+			"--metrics-port", strconv.Itoa(metricsPort), "--bind-address", "127.0.0.1",
+			"--refresh-metrics-interval", m.RefreshInterval.String(), "--stale-threshold", stale.String(),
+			"--log-level", "warn"}, nil, logPath)
+		if p != nil {
+			p.readyMetric = "eppkit_epp_pool_ready_endpoints"
+		}
+	case TargetUpstream:
+		pool := fmt.Sprintf("bench-%d", n)
+		fmt.Fprintf(w, "  creating InferencePool %s with %d Pods…\n", pool, n)
+		if _, err := apiserver.NewPool(ctx, cp, apiserver.Options{PoolName: pool, Endpoints: fleet.Addrs}); err != nil {
+			return fail(fmt.Errorf("creating the InferencePool: %w", err))
+		}
+		// Flags as `make conformance-upstream`; the kubeconfig comes from $KUBECONFIG (v1.5.0 has
+		// no --kubeconfig flag). The staleness threshold keeps its 2s default unless the refresh
+		// interval needs more.
+		stale := max(2*time.Second, 4*m.RefreshInterval)
+		p, err = startEPPProcess(m.UpstreamEPP, []string{"--pool-name", pool, "--pool-namespace", apiserver.DefaultPoolNamespace,
+			"--secure-serving=false", "--metrics-endpoint-auth=false", "--tracing=false",
+			"--grpc-port", strconv.Itoa(grpcPort), "--grpc-health-port", strconv.Itoa(healthPort),
+			"--metrics-port", strconv.Itoa(metricsPort), "--refresh-metrics-interval", m.RefreshInterval.String(),
+			"--metrics-staleness-threshold", stale.String()}, []string{"KUBECONFIG=" + cp.KubeconfigPath}, logPath)
+		if p != nil {
+			p.readyMetric = "inference_pool_ready_pods"
+		}
+	case TargetNull:
+		p, err = startEPPProcess(self, []string{"bench", "null-epp", "--endpoints", strings.Join(fleet.Addrs, ","),
+			"--grpc-port", strconv.Itoa(grpcPort), "--metrics-port", strconv.Itoa(metricsPort), "--bind-address", "127.0.0.1"}, nil, logPath)
+		if p != nil {
+			p.readyMetric = nullepp.ReadyMetric
+		}
+	}
+	if err != nil {
+		return fail(err)
+	}
+	defer p.stop()
+	p.grpcAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(grpcPort))
+	p.metricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort)
+	if err := p.waitReady(ctx, n, 3*time.Minute); err != nil {
+		return fail(fmt.Errorf("%w (log: %s)", err, logPath))
+	}
+	// Let every endpoint be scraped at least twice before measuring.
+	if err := sleepCtx(ctx, m.Settle+2*m.RefreshInterval); err != nil {
+		return fail(err)
+	}
+	var cells []MatrixCell
+	for _, size := range m.PromptSizes {
+		o := m.Bench
+		o.EPP, o.PromptBytes, o.PID = p.grpcAddr, size, p.proc.PID()
+		r, err := Run(ctx, o)
+		c := MatrixCell{Target: target, Endpoints: n, PromptBytes: size, Report: r}
+		if err == nil && r != nil {
+			err = ErrNoDecision(r)
+		}
+		if err != nil {
+			c.Error = err.Error()
+		}
+		cells = append(cells, c)
+		fmt.Fprintf(w, "  %s\n", cellLine(c))
+		if ctx.Err() != nil {
+			return cells, ctx.Err()
+		}
+	}
+	return cells, nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func cellLine(c MatrixCell) string {
+	head := fmt.Sprintf("%-9s %5d endpoints %6d B", c.Target, c.Endpoints, c.PromptBytes)
+	if c.Error != "" {
+		return head + "  error: " + c.Error
+	}
+	r := c.Report
+	return fmt.Sprintf("%s  %8.1f/s  p50 %7.3f  p99 %7.3f  p99.9 %7.3f ms  errors %d  EPP CPU %.3f ms/decision  load %.1f",
+		head, r.DecisionsPerSec, r.LatencyMs.P50, r.LatencyMs.P99, r.LatencyMs.P999, r.Errors, r.EPPCPUPerDecisionMs, r.LoadAverage)
+}
+
+// matrixRatios pairs reference and upstream cells of equal size.
+func matrixRatios(cells []MatrixCell) []MatrixRatio {
+	type key struct{ n, size int }
+	ref, up := map[key]*Report{}, map[key]*Report{}
+	var order []key
+	for _, c := range cells {
+		if c.Report == nil || c.Error != "" {
+			continue
+		}
+		k := key{c.Endpoints, c.PromptBytes}
+		switch c.Target {
+		case TargetReference:
+			ref[k] = c.Report
+			order = append(order, k)
+		case TargetUpstream:
+			up[k] = c.Report
+		}
+	}
+	div := func(a, b float64) float64 {
+		if b == 0 {
+			return 0
+		}
+		return a / b
+	}
+	var out []MatrixRatio
+	for _, k := range order {
+		r, u := ref[k], up[k]
+		if u == nil {
+			continue
+		}
+		out = append(out, MatrixRatio{Endpoints: k.n, PromptBytes: k.size,
+			DecisionsPerSecond: div(r.DecisionsPerSec, u.DecisionsPerSec),
+			P50:                div(r.LatencyMs.P50, u.LatencyMs.P50), P99: div(r.LatencyMs.P99, u.LatencyMs.P99),
+			CPUPerDecision: div(r.EPPCPUPerDecisionMs, u.EPPCPUPerDecisionMs)})
+	}
+	return out
+}
+
+// matrixOverNull reads every non-null cell against the null cell of equal size, when there is one.
+func matrixOverNull(cells []MatrixCell) []MatrixOverFloor {
+	type key struct{ n, size int }
+	floor := map[key]*Report{}
+	for _, c := range cells {
+		if c.Target == TargetNull && c.Report != nil && c.Error == "" {
+			floor[key{c.Endpoints, c.PromptBytes}] = c.Report
+		}
+	}
+	var out []MatrixOverFloor
+	for _, c := range cells {
+		f := floor[key{c.Endpoints, c.PromptBytes}]
+		if c.Target == TargetNull || c.Report == nil || c.Error != "" || f == nil {
+			continue
+		}
+		out = append(out, MatrixOverFloor{Target: c.Target, Endpoints: c.Endpoints, PromptBytes: c.PromptBytes,
+			P50Ms: c.Report.LatencyMs.P50 - f.LatencyMs.P50, P99Ms: c.Report.LatencyMs.P99 - f.LatencyMs.P99,
+			CPUPerDecision: c.Report.EPPCPUPerDecisionMs - f.EPPCPUPerDecisionMs})
+	}
+	return out
+}
+
+func PrintMatrix(w io.Writer, rep *MatrixReport) {
+	fmt.Fprintf(w, "\n%-9s %9s %8s %10s %9s %9s %9s %7s %12s %12s %6s\n", "target", "endpoints", "prompt", "decisions/s",
+		"p50 ms", "p99 ms", "p99.9 ms", "errors", "EPP CPU ms/d", "drv CPU ms/d", "load")
+	for _, c := range rep.Cells {
+		if c.Error != "" || c.Report == nil {
+			fmt.Fprintf(w, "%-9s %9d %8d  error: %s\n", c.Target, c.Endpoints, c.PromptBytes, c.Error)
+			continue
+		}
+		r := c.Report
+		fmt.Fprintf(w, "%-9s %9d %8d %10.1f %9.3f %9.3f %9.3f %7d %12.3f %12.3f %6.1f\n", c.Target, c.Endpoints, c.PromptBytes,
+			r.DecisionsPerSec, r.LatencyMs.P50, r.LatencyMs.P99, r.LatencyMs.P999, r.Errors, r.EPPCPUPerDecisionMs,
+			r.ClientCPUPerDecisionMs, r.LoadAverage)
+	}
+	if len(rep.RatiosReferenceUpstream) > 0 {
+		fmt.Fprintf(w, "\nreference ÷ upstream  %9s %8s %12s %9s %9s %14s\n", "endpoints", "prompt", "decisions/s", "p50", "p99", "CPU/decision")
+		for _, r := range rep.RatiosReferenceUpstream {
+			fmt.Fprintf(w, "%-20s  %9d %8d %12.2f %9.2f %9.2f %14.2f\n", "", r.Endpoints, r.PromptBytes, r.DecisionsPerSecond, r.P50, r.P99, r.CPUPerDecision)
+		}
+	}
+	if len(rep.OverNullFloor) > 0 {
+		fmt.Fprintf(w, "\nminus the null floor (differences of percentiles)\n%-9s %9s %8s %9s %9s %14s\n", "target", "endpoints", "prompt", "p50 ms", "p99 ms", "EPP CPU ms/d")
+		for _, r := range rep.OverNullFloor {
+			fmt.Fprintf(w, "%-9s %9d %8d %+9.3f %+9.3f %+14.3f\n", r.Target, r.Endpoints, r.PromptBytes, r.P50Ms, r.P99Ms, r.CPUPerDecision)
+		}
+	}
+}

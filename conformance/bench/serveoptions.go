@@ -1,0 +1,191 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/eppkit/eppkit/conformance"
+)
+
+// ServeOptions are the workload and load-generator options shared by `eppkit bench` and
+// `eppkit bench compare`, each named after its flag; RunConfig turns them into a RunConfig. Zero
+// values of the workload sizes take the workload's defaults (DefaultSpec).
+type ServeOptions struct {
+	// Workload names the workload (--workload); WorkloadFile replaces it with JSONL requests
+	// (--workload-file); ExportWorkload writes the generated requests (--export-workload);
+	// DatasetPath is the sharegpt file (--dataset-path).
+	Workload, WorkloadFile, ExportWorkload, DatasetPath string
+	// Seed seeds the workload, the arrivals and the fakes (--seed).
+	Seed int64
+	// Rate is a rate or a comma-separated ladder in req/s (--rate), sharing Duration (--duration).
+	Rate     string
+	Duration time.Duration
+	// Burstiness is the gamma shape of inter-arrival times (--burstiness); MaxConcurrency caps the
+	// requests in flight (--max-concurrency, 0 = none).
+	Burstiness     float64
+	MaxConcurrency int
+	// FleetSize, KVCacheSize and MaxModelLen size the fake fleet (--fleet-size, --kv-cache-size,
+	// --max-model-len).
+	FleetSize, KVCacheSize, MaxModelLen int
+	// The workload's shape (--input-len, --output-len, --max-output-len, --range-ratio, --groups,
+	// --prompts-per-group, --system-prompt-len, --question-len, --multi-turn, --num-prefixes,
+	// --prefix-len, --suffix-len).
+	InputLen, OutputLen, MaxOutputLen                     int
+	RangeRatio                                            float64
+	Groups, PromptsPerGroup, SystemPromptLen, QuestionLen int
+	MultiTurn                                             bool
+	NumPrefixes, PrefixLen, SuffixLen                     int
+	// PercentileMetrics ("ttft,tpot,itl,e2el") and MetricPercentiles ("90,99") shape the result
+	// block (--percentile-metrics, --metric-percentiles).
+	PercentileMetrics, MetricPercentiles string
+	// NoProgress hides the progress bar (--no-progress); Verbose logs harness progress (--verbose).
+	NoProgress, Verbose bool
+}
+
+// spec builds the workload spec.
+func (f *ServeOptions) spec() (Spec, error) {
+	s := DefaultSpec(f.Workload)
+	s.Seed = f.Seed
+	set := func(dst *int, v int) {
+		if v != 0 {
+			*dst = v
+		}
+	}
+	set(&s.InputLen, f.InputLen)
+	set(&s.OutputLen, f.OutputLen)
+	set(&s.MaxOutputLen, f.MaxOutputLen)
+	set(&s.Groups, f.Groups)
+	set(&s.PromptsPerGroup, f.PromptsPerGroup)
+	set(&s.SystemPromptLen, f.SystemPromptLen)
+	set(&s.QuestionLen, f.QuestionLen)
+	set(&s.NumPrefixes, f.NumPrefixes)
+	set(&s.PrefixLen, f.PrefixLen)
+	set(&s.SuffixLen, f.SuffixLen)
+	if f.RangeRatio != 0 {
+		s.RangeRatio = f.RangeRatio
+	}
+	s.MultiTurn = f.MultiTurn
+	s.Path = f.DatasetPath
+	if f.Workload == WorkloadMultiLoRA {
+		s.Adapters = AdapterNames(f.FleetSize)
+	}
+	if err := s.Validate(); err != nil {
+		return s, err
+	}
+	return s, nil
+}
+
+// RunConfig validates the options (errors name the flag) and builds the RunConfig of a run: the
+// workload, the rate ladder, the fleet sizing, the percentiles, the progress bar (on stderr when
+// it is a terminal), and, with ExportWorkload, writes the generated requests there.
+func (f *ServeOptions) RunConfig(stderr io.Writer) (RunConfig, error) {
+	var rc RunConfig
+	spec, err := f.spec()
+	if err != nil {
+		return rc, err
+	}
+	steps, err := ParseLadder(f.Rate, f.Duration)
+	if err != nil {
+		return rc, err
+	}
+	if f.MaxConcurrency < 0 {
+		return rc, fmt.Errorf("--max-concurrency must not be negative, got %d", f.MaxConcurrency)
+	}
+	if f.FleetSize < 1 || f.FleetSize > 250 {
+		return rc, fmt.Errorf("--fleet-size must be in [1,250], got %d", f.FleetSize)
+	}
+	pcts, err := parsePercentiles(f.MetricPercentiles)
+	if err != nil {
+		return rc, err
+	}
+	for _, m := range conformance.SplitList(f.PercentileMetrics) {
+		switch m {
+		case "ttft", "tpot", "itl", "e2el":
+		default:
+			return rc, fmt.Errorf("--percentile-metrics: unknown metric %q (have ttft, tpot, itl, e2el)", m)
+		}
+	}
+	rc = RunConfig{Spec: spec, Steps: steps, Burstiness: f.Burstiness, MaxConcurrency: f.MaxConcurrency, Percentiles: pcts,
+		Env: EnvConfig{Seed: f.Seed, FleetSize: f.FleetSize, KVCacheSize: f.KVCacheSize, MaxModelLen: f.MaxModelLen}}
+	if f.WorkloadFile != "" {
+		if rc.Requests, err = ReadJSONLFile(f.WorkloadFile); err != nil {
+			return rc, fmt.Errorf("--workload-file: %v", err)
+		}
+		if len(rc.Requests) == 0 {
+			return rc, fmt.Errorf("--workload-file %s: no requests", f.WorkloadFile)
+		}
+	}
+	if !f.NoProgress && isTerminal(stderr) {
+		rc.Progress = stderr
+	}
+	if f.Verbose {
+		rc.Logger = slog.New(slog.NewTextHandler(stderr, nil))
+		rc.Env.Logger = rc.Logger
+	}
+	if f.ExportWorkload != "" {
+		plan, err := MakePlan(rc, AdapterNames(f.FleetSize))
+		if err != nil {
+			return rc, err
+		}
+		if err := writeJSONLFile(f.ExportWorkload, plan.Requests); err != nil {
+			return rc, err
+		}
+		fmt.Fprintf(stderr, "wrote %d requests to %s\n", len(plan.Requests), f.ExportWorkload)
+	}
+	return rc, nil
+}
+
+// isTerminal reports whether w is a character device (a terminal): the progress bar redraws
+// its line and would fill a log file.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+func writeJSONLFile(path string, reqs []Request) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	fh, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := WriteJSONL(fh, reqs); err != nil {
+		fh.Close()
+		return err
+	}
+	return fh.Close()
+}
+
+func parsePercentiles(s string) ([]float64, error) {
+	var out []float64
+	for _, p := range conformance.SplitList(s) {
+		v, err := strconv.ParseFloat(p, 64)
+		if err != nil || v <= 0 || v >= 100 {
+			return nil, fmt.Errorf("--metric-percentiles: %q is not a percentile in (0,100)", p)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// BlockOptions are the options of the result block (PrintServingBlock) of a run of rc:
+// MaxConcurrency, the request rate when the ladder has one step, PercentileMetrics and rc's
+// percentiles.
+func (f *ServeOptions) BlockOptions(rc RunConfig) BlockOptions {
+	single := 0.0
+	if len(rc.Steps) == 1 {
+		single = rc.Steps[0].Rate
+	}
+	return BlockOptions{MaxConcurrency: f.MaxConcurrency, RequestRate: single, PercentileMetrics: conformance.SplitList(f.PercentileMetrics),
+		Percentiles: rc.Percentiles}
+}

@@ -1,0 +1,76 @@
+package conformance
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// RunTest runs the conformance suite from an implementation's own `go test`, as gateway-api's
+// RunConformanceWithOptions does: it starts the harness around the target opts names, runs every
+// test of the selected profiles as a subtest named after its ShortName (a failed conformance test
+// fails its subtest with the first failure and the test's log; a skipped one skips it with the
+// reason), then writes the same reports as `eppkit conformance` (opts.ReportDir, PublishDir,
+// ResultsFile). `go test -run 'TestEPP/PrefixCacheAffinity'` runs one test; the others are then
+// reported skipped with NotRunMessage. t fails when the harness cannot start, when a report cannot
+// be written, and — with opts.ExpectFailures — when the failures differ from the expected ones
+// (the listed tests' subtests still fail, so their messages stay visible).
+//
+// The tests must be registered: import _ "github.com/eppkit/eppkit/conformance/tests". The
+// console lines (opts.Out, when nil) go to t.Log.
+func RunTest(t *testing.T, opts Options) {
+	t.Helper()
+	if opts.Out == nil {
+		opts.Out = &testLogWriter{t: t}
+	}
+	if opts.Err == nil {
+		opts.Err = opts.Out
+	}
+	s, err := Start(t.Context(), opts)
+	if err != nil {
+		t.Fatalf("conformance: %v", err)
+	}
+	for _, ct := range s.Tests() {
+		t.Run(ct.ShortName, func(t *testing.T) {
+			res := s.RunOne(ct)
+			if res.Log != "" {
+				t.Log("\n" + strings.TrimRight(res.Log, "\n"))
+			}
+			switch res.Outcome {
+			case Skipped:
+				t.Skip(res.Message)
+			case Failed:
+				t.Fatalf("%s: %s\n(rule: %s; seed %d: EPPKIT_SEED=%d reproduces the run)", ct.ShortName, res.Message, ct.Description, s.Seed(), s.Seed())
+			}
+		})
+	}
+	_, err = s.Finish()
+	var ee *ExitError
+	if err != nil && !(errors.As(err, &ee) && ee.Code == ExitTestFailed && opts.ExpectFailures == "") {
+		// A failed test already failed its subtest; anything else fails t here.
+		t.Errorf("conformance: %v", err)
+	}
+}
+
+// testLogWriter sends each complete line written to it to t.Log.
+type testLogWriter struct {
+	t   *testing.T
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (w *testLogWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	for {
+		line, err := w.buf.ReadString('\n')
+		if err != nil {
+			w.buf.WriteString(line) // no newline yet: keep it for the next write
+			return len(p), nil
+		}
+		w.t.Log(strings.TrimRight(line, "\n"))
+	}
+}

@@ -1,0 +1,34 @@
+package tests
+
+import (
+	"github.com/eppkit/eppkit/conformance"
+	"github.com/eppkit/eppkit/conformance/harness"
+)
+
+func init() {
+	conformance.Register(conformance.ConformanceTest{
+		ShortName: "OpenAIEmbeddingsRouted",
+		Description: "A POST to /v1/embeddings whose input is a string, an array of strings, an array of token ids or an array of " +
+			"token-id arrays MUST be routed (not parsed as a completions request and refused) with its body forwarded unchanged.",
+		Level:         conformance.LevelUpstream,
+		Profile:       conformance.ProfileEPPRouting,
+		Features:      []conformance.Feature{conformance.FeatureOpenAIRequestParsing},
+		Preconditions: []string{"the EPP recognises the embeddings API by its path"},
+		Source: "SPEC §9.1 (/v1/embeddings, input forms of OpenAI's embeddings API); upstream v1.5.0 " +
+			"pkg/epp/framework/plugins/requesthandling/parsers/openai/openai.go determineAPITypeFromPath (/embeddings)",
+		Run: runOpenAIEmbeddingsRouted,
+	})
+}
+
+func runOpenAIEmbeddingsRouted(t harness.TestingT, s *harness.Suite) {
+	r := s.Rand(t)
+	body := func(input any) []byte {
+		return jsonBody(map[string]any{"model": s.ModelName, "input": input, "encoding_format": "float"})
+	}
+	routeForms(t, s, []surfaceCase{
+		{"input string", pathEmbeddings, body(uniquePrompt(s, t, r, 20))},
+		{"input []string", pathEmbeddings, body([]string{uniquePrompt(s, t, r, 5), uniquePrompt(s, t, r, 8)})},
+		{"input []int", pathEmbeddings, body(tokenIDs(r.Uint64(), 25))},
+		{"input [][]int", pathEmbeddings, body([][]int{tokenIDs(r.Uint64(), 6), tokenIDs(r.Uint64(), 4)})},
+	})
+}
