@@ -24,6 +24,7 @@ func TestPinMetrics(t *testing.T) {
 	}
 	defer f.Close()
 	s := &Suite{Fleet: f, Timeouts: DefaultTimeoutConfig()}
+	s.Timeouts.MetricsPropagation = Duration(300 * time.Millisecond)
 	addr := s.Endpoints()[1]
 	pinned := func() *vllm.FakeMetrics { return pinnedMetrics(t, addr) }
 	rt := NewRecorder("PinMetricsProbe")
@@ -31,9 +32,44 @@ func TestPinMetrics(t *testing.T) {
 	if got := pinned(); got == nil || got.WaitingRequests != 25 || got.KVCacheUsage != 0.97 {
 		t.Fatalf("pinned = %+v", got)
 	}
+	// Nothing scrapes this fake: the cleanup unpins, waits MetricsPropagation for the EPP's
+	// scrapes and says so in the log, without failing the test.
 	rt.RunCleanups()
 	if got := pinned(); got != nil || rt.Failed() {
 		t.Fatalf("after cleanup pinned = %+v, failed=%v (%s)", got, rt.Failed(), rt.Record().Log)
+	}
+	if log := rt.Record().Log; !strings.Contains(log, "after unpinning "+addr+": 0 of 2 /metrics scrapes within 300ms") {
+		t.Fatalf("cleanup log without a scraper: %q", log)
+	}
+
+	// With a scraper (the EPP) the cleanup returns once two pages were written after the unpin.
+	stop := make(chan struct{})
+	scraped := make(chan struct{})
+	go func() {
+		defer close(scraped)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			if resp, err := http.Get("http://" + addr + "/metrics"); err == nil {
+				resp.Body.Close()
+			}
+		}
+	}()
+	rt3 := NewRecorder("PinMetricsScraped")
+	s.PinMetrics(rt3, addr, vllm.FakeMetrics{WaitingRequests: 3})
+	before, err := s.metricsScrapes(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt3.RunCleanups()
+	after, err := s.metricsScrapes(addr)
+	close(stop)
+	<-scraped
+	if err != nil || after < before+2 || rt3.Failed() || rt3.Record().Log != "" {
+		t.Fatalf("scraped cleanup: scrapes %d→%d (%v), failed=%v, log %q", before, after, err, rt3.Failed(), rt3.Record().Log)
 	}
 	// An address outside the fleet fails the test (Fatalf ends the goroutine).
 	rt2 := NewRecorder("Outside")

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/eppkit/eppkit/fakes/fleet"
 	"github.com/eppkit/eppkit/fakes/gateway"
@@ -180,8 +181,66 @@ func (s *Suite) PinMetrics(t TestingT, addr string, m vllm.FakeMetrics) {
 		}
 		if err := s.postAdmin(addr, map[string]any{"fake-metrics": unpin}); err != nil {
 			t.Errorf("unpin metrics on %s: %v", addr, err)
+			return
+		}
+		// Leave the pool as found: the next test must not start while the EPP still routes on
+		// the pinned values (seen in CI: ReferenceTokenIDPrompts ran right after
+		// ReferenceStaleEndpointFiltered, whose pins made one endpoint the only idle one, and
+		// its follow-ups all went there).
+		if err := s.awaitScrapes(addr, 2); err != nil {
+			t.Logf("after unpinning %s: %v", addr, err)
 		}
 	})
+}
+
+// awaitScrapes waits, at most Timeouts.MetricsPropagation, until the fake at addr has written n
+// more /metrics pages than when it was called (GET /admin/metrics-scrapes), so that a scraper has
+// fetched the fake's current values, and n-1 pages later has had the time of a scrape interval to
+// store them. It returns an error when the bound passes (an EPP that does not scrape) or the fake
+// cannot say (a fake without the path); the caller logs it and goes on.
+func (s *Suite) awaitScrapes(addr string, n uint64) error {
+	start, err := s.metricsScrapes(addr)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(s.Timeouts.MetricsPropagation.D())
+	for {
+		got, err := s.metricsScrapes(addr)
+		if err != nil {
+			return err
+		}
+		if got >= start+n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d /metrics scrapes within %v", got-start, n, s.Timeouts.MetricsPropagation.D())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// metricsScrapes reads GET /admin/metrics-scrapes of the fake at addr.
+func (s *Suite) metricsScrapes(addr string) (uint64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.Timeouts.Request.D())
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/admin/metrics-scrapes", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := s.httpClient().Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	rb, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("GET /admin/metrics-scrapes: HTTP %d: %s", resp.StatusCode, rb)
+	}
+	var m vllm.MetricsScrapes
+	if err := json.Unmarshal(rb, &m); err != nil {
+		return 0, fmt.Errorf("GET /admin/metrics-scrapes: %w", err)
+	}
+	return m.Scrapes, nil
 }
 
 func (s *Suite) postAdmin(addr string, body map[string]any) error {

@@ -30,6 +30,14 @@ type AdminConfig struct {
 	Ignored      map[string]json.RawMessage `json:"ignored,omitempty"`
 }
 
+// MetricsScrapes is the body of GET /admin/metrics-scrapes (eppkit only; the simulator has no
+// such path): how many GET /metrics pages this server has written since it started. A harness
+// that changed the fake's metrics reads it, then waits for it to grow, to know that a scraper
+// (the EPP) has fetched a page with the new values.
+type MetricsScrapes struct {
+	Scrapes uint64 `json:"scrapes"`
+}
+
 func (d *dynamic) admin() AdminConfig {
 	return AdminConfig{Latency: d.latency, FakeMetrics: d.fakeMetrics, FailureInjectionRate: d.failureRate,
 		FailureTypes: slices.Clone(d.failureTypes), HealthStatus: d.healthStatus, Ignored: maps.Clone(d.ignored)}

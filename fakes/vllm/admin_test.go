@@ -1,6 +1,7 @@
 package vllm
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -83,5 +84,37 @@ func TestAdminHealthStatus(t *testing.T) {
 		if got := health(); got != c.want {
 			t.Errorf("after %s: GET /health = %d, want %d", c.body, got, c.want)
 		}
+	}
+}
+
+// TestAdminMetricsScrapes: GET /admin/metrics-scrapes counts the /metrics pages written, and
+// nothing else (the admin reads themselves, API calls).
+func TestAdminMetricsScrapes(t *testing.T) {
+	h := startTest(t, nil).Ranks[0].Handler()
+	get := func(path string) *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		return rec
+	}
+	scrapes := func() uint64 {
+		rec := get("/admin/metrics-scrapes")
+		var m MetricsScrapes
+		if err := json.Unmarshal(rec.Body.Bytes(), &m); rec.Code != http.StatusOK || err != nil {
+			t.Fatalf("GET /admin/metrics-scrapes: %d %s (%v)", rec.Code, rec.Body, err)
+		}
+		return m.Scrapes
+	}
+	if got := scrapes(); got != 0 {
+		t.Fatalf("at start: %d scrapes", got)
+	}
+	for i := 0; i < 3; i++ {
+		if rec := get("/metrics"); rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "vllm:num_requests_waiting") {
+			t.Fatalf("GET /metrics: %d", rec.Code)
+		}
+	}
+	get("/admin/config")
+	get("/v1/models")
+	if got := scrapes(); got != 3 {
+		t.Fatalf("after 3 pages: %d scrapes", got)
 	}
 }

@@ -70,6 +70,8 @@ type Server struct {
 	start   time.Time
 	reqSeq  atomic.Uint64
 	lbNext  atomic.Uint64
+	// scrapes counts the GET /metrics responses written (GET /admin/metrics-scrapes).
+	scrapes atomic.Uint64
 
 	lorasMu sync.RWMutex
 	loras   []LoraModule
@@ -306,7 +308,14 @@ func (s *Server) Handler() http.Handler {
 		}
 		w.WriteHeader(code)
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.met.reg, promhttp.HandlerOpts{}))
+	metricsPage := promhttp.HandlerFor(s.met.reg, promhttp.HandlerOpts{})
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+		metricsPage.ServeHTTP(w, r)
+		s.scrapes.Add(1) // after the page is written: a count read later saw this page's values
+	})
+	mux.HandleFunc("GET /admin/metrics-scrapes", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, MetricsScrapes{Scrapes: s.scrapes.Load()})
+	})
 	mux.HandleFunc("GET /admin/config", s.handleAdminGet)
 	mux.HandleFunc("POST /admin/config", s.handleAdminPost)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
