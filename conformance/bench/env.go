@@ -56,6 +56,9 @@ func FrozenProfile(c *vllm.Config) {
 		TimeFactorUnderLoad:     FrozenTimeFactorUnderLoad,
 	}
 	c.EnableKVCache = true
+	// The bench reads prefix-cache hits from usage (prompt_tokens_details.cached_tokens), which
+	// vLLM writes only with --enable-prompt-tokens-details.
+	c.EnablePromptTokensDetails = true
 	c.BlockSize = FrozenBlockSize
 }
 

@@ -330,6 +330,13 @@ type Config struct {
 	Seed int64 `json:"seed"`
 	// EnableKVCache turns on prefix caching in the engine (cached_tokens, prefix cache metrics).
 	EnableKVCache bool `json:"enable-kvcache"`
+	// EnablePromptTokensDetails is vLLM's --enable-prompt-tokens-details: completions and chat
+	// usage carry prompt_tokens_details {cached_tokens} only with it, and only when some prompt
+	// tokens were cached (vLLM's serving_completion.py and serving_chat.py: `if
+	// self.enable_prompt_tokens_details and num_cached_tokens`). Off by default, as in vLLM, so an
+	// EPP or client that needs the key meets its absence here first. The Responses API's
+	// input_tokens_details is always present, as in vLLM.
+	EnablePromptTokensDetails bool `json:"enable-prompt-tokens-details"`
 	// KVCacheSize is the KV block pool size in blocks.
 	KVCacheSize int `json:"kv-cache-size"`
 	// BlockSize is tokens per KV block: 8, 16, 32, 64 or 128.
@@ -579,7 +586,7 @@ func init() {
 		"max-num-seqs", "max-waiting-queue-length", "max-model-len", "lora-modules",
 		"time-to-first-token", "time-to-first-token-std-dev", "inter-token-latency",
 		"inter-token-latency-std-dev", "prefill-overhead", "prefill-time-per-token", "prefill-time-std-dev",
-		"time-factor-under-load", "mode", "seed", "enable-kvcache", "kv-cache-size", "block-size",
+		"time-factor-under-load", "mode", "seed", "enable-kvcache", "enable-prompt-tokens-details", "kv-cache-size", "block-size",
 		"fake-metrics", "failure-injection-rate", "failure-types", "data-parallel-size",
 		"max-request-body-size-mb", "host", "pod-name", "pod-namespace", "gauge-only",
 		"slow-first-byte-delay", "default-embedding-dimensions", "enable-lora", "metrics-names",

@@ -13,7 +13,10 @@
 // /v1/responses (OpenAI Responses, as vLLM serves it) — each as JSON or SSE with its own event
 // names and usage fields — POST /v1/embeddings (a prefill-only engine request per input), GET
 // /v1/models, POST /v1/load_lora_adapter, POST /v1/unload_lora_adapter, GET /health, GET
-// /metrics (names of the MetricsNames generation), GET|POST /admin/config. Errors are written
+// /metrics (names of the MetricsNames generation), GET|POST /admin/config, GET
+// /admin/metrics-scrapes (eppkit only: /metrics pages written). Usage is vLLM's: without
+// --enable-prompt-tokens-details (vLLM's default) completions and chat usage has no cached_tokens
+// ("prompt_tokens_details":null in a JSON response, no key in a usage chunk). Errors are written
 // in each API's own shape. Every response carries x-inference-pod, x-inference-namespace and
 // x-inference-port; x-request-id is echoed. SPEC.md §7 and §7.1 are the rulebook.
 package vllm

@@ -130,6 +130,8 @@ func BindFlags(fs *pflag.FlagSet, cfg *Config) *FlagValues {
 	fs.Float64Var(&cfg.TimeFactorUnderLoad, "time-factor-under-load", cfg.TimeFactorUnderLoad, "Latency factor at max-num-seqs running requests (≥ 1.0)")
 	fs.Int64Var(&cfg.Seed, "seed", cfg.Seed, "Random seed (default: current time in ns)")
 	fs.BoolVar(&cfg.EnableKVCache, "enable-kvcache", cfg.EnableKVCache, "Enable the KV cache model: prefix-cache hits, cached_tokens, prefix cache metrics")
+	fs.BoolVar(&cfg.EnablePromptTokensDetails, "enable-prompt-tokens-details", cfg.EnablePromptTokensDetails,
+		"vLLM's flag: usage carries prompt_tokens_details.cached_tokens (only when some prompt tokens were cached)")
 	fs.IntVar(&cfg.KVCacheSize, "kv-cache-size", cfg.KVCacheSize, "KV cache size in blocks")
 	fs.IntVar(&cfg.BlockSize, "block-size", cfg.BlockSize, "Tokens per KV block: 8, 16, 32, 64 or 128")
 	fs.StringArrayVar(&v.fakeMetrics, "fake-metrics", nil, `Pinned metrics, JSON: {"running-requests":N,"waiting-requests":N,"kv-cache-usage":F,"loras":[{"running":"a","waiting":"","timestamp":T}]}`)
@@ -274,6 +276,8 @@ func copyFlagField(name string, src, dst *Config) {
 		dst.Seed = src.Seed
 	case "enable-kvcache":
 		dst.EnableKVCache = src.EnableKVCache
+	case "enable-prompt-tokens-details":
+		dst.EnablePromptTokensDetails = src.EnablePromptTokensDetails
 	case "kv-cache-size":
 		dst.KVCacheSize = src.KVCacheSize
 	case "block-size":

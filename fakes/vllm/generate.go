@@ -207,17 +207,22 @@ func (s *Server) finishRun(eng *rankEngine, c *choiceRun, arrival time.Time, poo
 	eng.met.requestDone(c.finish, c.seq.QueueWait(), c.seq.TTFT(), c.prevAt.Sub(arrival), c.n, pooling)
 }
 
-// usageOf sums the usage of every run (OpenAI usage with vLLM's prompt_tokens_details).
-func usageOf(runs []*choiceRun, pooling bool) Usage {
+// usageOf sums the usage of every run, with prompt_tokens_details when the server runs with
+// --enable-prompt-tokens-details, the request generates and some prompt tokens were cached (as
+// vLLM; its embeddings usage has no details).
+func (s *Server) usageOf(runs []*choiceRun, pooling bool) Usage {
 	var u Usage
 	for _, c := range runs {
 		u.PromptTokens += c.seq.PromptTokens()
-		u.PromptTokensDetails.CachedTokens += c.seq.CachedTokens()
+		u.cached += c.seq.CachedTokens()
 		if !pooling {
 			u.CompletionTokens += c.n
 		}
 	}
 	u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	if s.cfg.EnablePromptTokensDetails && !pooling && u.cached > 0 {
+		u.PromptTokensDetails = &PromptTokensDetails{CachedTokens: u.cached}
+	}
 	return u
 }
 
@@ -246,7 +251,7 @@ func (s *Server) serveJSON(w http.ResponseWriter, ctx context.Context, eng *rank
 		}
 		s.finishRun(eng, c, arrival, false)
 	}
-	u := usageOf(runs, false)
+	u := s.usageOf(runs, false)
 	var b []byte
 	switch req.api {
 	case apiMessages:
@@ -270,7 +275,7 @@ func (s *Server) serveEmbeddings(w http.ResponseWriter, ctx context.Context, eng
 		s.finishRun(eng, c, arrival, true)
 		vectors[i] = embedding(c.prompt.tokenIDs(), req.dims)
 	}
-	u := usageOf(runs, true)
+	u := s.usageOf(runs, true)
 	writeBody(w, appendEmbeddingsResponse(nil, id, req.model, arrival.Unix(), vectors, req.base64, u.PromptTokens), abort)
 }
 
@@ -370,7 +375,7 @@ func (s *Server) serveStream(w http.ResponseWriter, ctx context.Context, eng *ra
 		s.finishRun(eng, c, arrival, false)
 		finish[i] = c.finish
 	}
-	f.end(sw, finish, usageOf(runs, false))
+	f.end(sw, finish, s.usageOf(runs, false))
 	_ = sw.flush()
 }
 
@@ -524,20 +529,29 @@ func (o *openAIStream) end(sw *sseWriter, finish []string, u Usage) {
 	if o.includeUsage {
 		sw.buf = append(sw.buf, o.prefix...)
 		sw.buf = append(sw.buf, `],"usage":`...)
-		sw.buf = appendUsage(sw.buf, u)
+		sw.buf = appendUsage(sw.buf, u, true)
 		sw.buf = append(sw.buf, "}\n\n"...)
 	}
 	sw.buf = append(sw.buf, "data: [DONE]\n\n"...)
 }
 
-// appendUsage appends the OpenAI usage object with vLLM's prompt_tokens_details.
-func appendUsage(b []byte, u Usage) []byte {
+// appendUsage appends the OpenAI usage object, with prompt_tokens_details when u has them.
+// Without them a non-streamed response (stream false) writes `"prompt_tokens_details":null` and
+// a streamed usage chunk leaves the key out, as vLLM's API server does (model_dump() of the
+// response object versus model_dump_json(exclude_unset=True, exclude_none=True) of the chunk).
+func appendUsage(b []byte, u Usage, stream bool) []byte {
 	b = append(b, `{"prompt_tokens":`...)
 	b = strconv.AppendInt(b, int64(u.PromptTokens), 10)
 	b = append(b, `,"completion_tokens":`...)
 	b = strconv.AppendInt(b, int64(u.CompletionTokens), 10)
 	b = append(b, `,"total_tokens":`...)
 	b = strconv.AppendInt(b, int64(u.TotalTokens), 10)
+	if u.PromptTokensDetails == nil {
+		if stream {
+			return append(b, '}')
+		}
+		return append(b, `,"prompt_tokens_details":null}`...)
+	}
 	b = append(b, `,"prompt_tokens_details":{"cached_tokens":`...)
 	b = strconv.AppendInt(b, int64(u.PromptTokensDetails.CachedTokens), 10)
 	return append(b, "}}"...)
@@ -578,6 +592,6 @@ func appendCompletionResponse(b []byte, chat bool, id, model string, created int
 		b = append(b, '}')
 	}
 	b = append(b, `],"usage":`...)
-	b = appendUsage(b, u)
+	b = appendUsage(b, u, false)
 	return append(b, '}')
 }

@@ -219,12 +219,24 @@ func compactJSON(raw json.RawMessage) string {
 	return b.String()
 }
 
-// Usage is the OpenAI usage object with vLLM's prompt_tokens_details.
+// Usage is the OpenAI usage object as vLLM writes it. PromptTokensDetails is nil (the key is
+// absent) unless the server runs with --enable-prompt-tokens-details and some prompt tokens were
+// cached; Cached reads it either way.
 type Usage struct {
-	PromptTokens        int                 `json:"prompt_tokens"`
-	CompletionTokens    int                 `json:"completion_tokens"`
-	TotalTokens         int                 `json:"total_tokens"`
-	PromptTokensDetails PromptTokensDetails `json:"prompt_tokens_details"`
+	PromptTokens        int                  `json:"prompt_tokens"`
+	CompletionTokens    int                  `json:"completion_tokens"`
+	TotalTokens         int                  `json:"total_tokens"`
+	PromptTokensDetails *PromptTokensDetails `json:"prompt_tokens_details,omitempty"`
+	// cached is the prefix-cache hit count, known whether or not the details are written.
+	cached int
+}
+
+// Cached returns prompt_tokens_details.cached_tokens, 0 when the key is absent.
+func (u Usage) Cached() int {
+	if u.PromptTokensDetails == nil {
+		return u.cached
+	}
+	return u.PromptTokensDetails.CachedTokens
 }
 
 // PromptTokensDetails carries cached_tokens: prompt tokens served from the prefix cache.

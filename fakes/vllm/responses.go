@@ -194,7 +194,7 @@ func (o *responsesObject) appendResponse(b []byte, done bool, text, finish strin
 	b = append(b, `{"input_tokens":`...)
 	b = strconv.AppendInt(b, int64(u.PromptTokens), 10)
 	b = append(b, `,"input_tokens_details":{"cached_tokens":`...)
-	b = strconv.AppendInt(b, int64(u.PromptTokensDetails.CachedTokens), 10)
+	b = strconv.AppendInt(b, int64(u.Cached()), 10)
 	b = append(b, `},"output_tokens":`...)
 	b = strconv.AppendInt(b, int64(u.CompletionTokens), 10)
 	b = append(b, `,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":`...)

@@ -110,6 +110,9 @@ func TestUsageParserJSON(t *testing.T) {
 	}{
 		{"", `{"usage":{"prompt_tokens":5,"completion_tokens":1,"total_tokens":6}}`, &framework.Usage{PromptTokens: ptr(5), CompletionTokens: ptr(1), TotalTokens: ptr(6)}},
 		{"", `{"usage":null}`, nil},
+		// vLLM's non-streamed response without --enable-prompt-tokens-details (model_dump()).
+		{"", `{"usage":{"prompt_tokens":5,"completion_tokens":1,"total_tokens":6,"prompt_tokens_details":null}}`,
+			&framework.Usage{PromptTokens: ptr(5), CompletionTokens: ptr(1), TotalTokens: ptr(6)}},
 		{"", `{"usage":{"prompt_tokens":5e0}}`, &framework.Usage{PromptTokens: ptr(5)}},
 		{"", `{"usage":{"prompt_tokens":true}}`, nil},
 		{"", `{"usage":{"prompt_tokens_details":7}}`, nil},

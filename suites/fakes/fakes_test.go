@@ -102,7 +102,7 @@ var _ = ginkgo.Describe("Fake vLLM fleet", ginkgo.Label("fakes"), func() {
 				gomega.Expect(s.chunks[7]["choices"]).To(gomega.BeEmpty())
 				usage := s.chunks[7]["usage"].(map[string]any)
 				gomega.Expect(usage).To(gomega.HaveKeyWithValue("completion_tokens", 5.0))
-				gomega.Expect(usage).To(gomega.HaveKey("prompt_tokens_details"))
+				gomega.Expect(usage).NotTo(gomega.HaveKey("prompt_tokens_details"), "vLLM writes it only with --enable-prompt-tokens-details and a cache hit")
 				for _, c := range s.chunks {
 					gomega.Expect(c).To(gomega.HaveKeyWithValue("object", "chat.completion.chunk"))
 					gomega.Expect(c).To(gomega.HaveKeyWithValue("id", "chatcmpl-req-"+m.Name))
@@ -246,20 +246,31 @@ var _ = ginkgo.Describe("Fake vLLM server", ginkgo.Label("fakes"), func() {
 			}
 		})
 
-		ginkgo.It("should report cached_tokens > 0 for a repeated prompt", func() {
+		ginkgo.It("should report cached_tokens > 0 for a repeated prompt only with --enable-prompt-tokens-details, as vLLM", func() {
 			prompt := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 12)
 			body := fmt.Sprintf(`{"model":%q,"prompt":%q,"max_tokens":2}`, baseModel, prompt)
+			// sim-deployment.yaml's flags: vLLM's default, prompt_tokens_details null (a non-streamed
+			// response is vLLM's model_dump(), which keeps None fields).
+			postJSON(inst.URL()+"/v1/completions", body)
 			_, b := postJSON(inst.URL()+"/v1/completions", body)
+			gomega.Expect(string(b)).To(gomega.ContainSubstring(`"prompt_tokens_details":null`))
+			gomega.Expect(scrape(inst.URL())[vllm.MetricPrefixHits].GetMetric()[0].GetCounter().GetValue()).To(gomega.BeNumerically(">", 0),
+				"the cache hit; only the usage key is off")
+
+			withDetails := startFake("--model", baseModel, "--port", "0", "--enable-kvcache", "--kv-cache-size", "1024",
+				"--block-size", "16", "--mode", "echo", "--enable-prompt-tokens-details", "--seed", strconv.FormatInt(testseed.Seed(), 10))
+			_, b = postJSON(withDetails.URL()+"/v1/completions", body)
+			gomega.Expect(string(b)).To(gomega.ContainSubstring(`"prompt_tokens_details":null`), "a cold cache has no hits, and vLLM writes no zero")
 			first := decodeCompletion(b)
-			gomega.Expect(first.Usage.PromptTokensDetails.CachedTokens).To(gomega.Equal(0), "a cold cache has no hits")
-			_, b = postJSON(inst.URL()+"/v1/completions", body)
+			_, b = postJSON(withDetails.URL()+"/v1/completions", body)
 			second := decodeCompletion(b)
 			gomega.Expect(second.Usage.PromptTokens).To(gomega.Equal(first.Usage.PromptTokens))
-			gomega.Expect(second.Usage.PromptTokensDetails.CachedTokens).To(gomega.BeNumerically(">", 0))
-			gomega.Expect(second.Usage.PromptTokensDetails.CachedTokens%16).To(gomega.Equal(0), "hits are whole blocks")
-			gomega.Expect(second.Usage.PromptTokensDetails.CachedTokens).To(gomega.BeNumerically("<", second.Usage.PromptTokens))
-			fams := scrape(inst.URL())
-			gomega.Expect(fams[vllm.MetricPrefixHits].GetMetric()[0].GetCounter().GetValue()).To(gomega.Equal(float64(second.Usage.PromptTokensDetails.CachedTokens)))
+			gomega.Expect(second.Usage.PromptTokensDetails).NotTo(gomega.BeNil(), "body %s", b)
+			gomega.Expect(second.Usage.Cached()).To(gomega.BeNumerically(">", 0))
+			gomega.Expect(second.Usage.Cached()%16).To(gomega.Equal(0), "hits are whole blocks")
+			gomega.Expect(second.Usage.Cached()).To(gomega.BeNumerically("<", second.Usage.PromptTokens))
+			fams := scrape(withDetails.URL())
+			gomega.Expect(fams[vllm.MetricPrefixHits].GetMetric()[0].GetCounter().GetValue()).To(gomega.Equal(float64(second.Usage.Cached())))
 			gomega.Expect(fams[vllm.MetricPrefixQueries].GetMetric()[0].GetCounter().GetValue()).To(gomega.Equal(float64(2 * first.Usage.PromptTokens)))
 		})
 	})

@@ -61,6 +61,7 @@ func run(n int, seed uint64, count int, out string) error {
 	base.MaxNumSeqs = 8
 	base.MaxModelLen = 16384
 	base.EnableKVCache = true
+	base.EnablePromptTokensDetails = true // the trace records cached tokens
 	base.Seed = int64(seed)
 	base.Latency = vllm.Latency{
 		PrefillOverhead:         vllm.Duration(15 * time.Millisecond),
@@ -256,7 +257,7 @@ func send(ctx context.Context, c *http.Client, url, prompt string, maxTokens int
 			tEnd = now
 		}
 		if ev.Usage != nil {
-			promptTokens, completion, cached = ev.Usage.PromptTokens, ev.Usage.CompletionTokens, ev.Usage.PromptTokensDetails.CachedTokens
+			promptTokens, completion, cached = ev.Usage.PromptTokens, ev.Usage.CompletionTokens, ev.Usage.Cached()
 		}
 	}
 	if err := sc.Err(); err != nil {
