@@ -496,3 +496,55 @@ func TestStreamsCutByAbort(t *testing.T) {
 		}
 	}
 }
+
+// TestContinuousUsageStats: with stream_options {include_usage, continuous_usage_stats} every
+// choice chunk carries that choice's usage so far (vLLM's serving_chat.py and
+// serving_completion.py), so a reader that keeps the first usage it meets reads 0 completion
+// tokens; without continuous_usage_stats only the final chunk has usage.
+func TestContinuousUsageStats(t *testing.T) {
+	inst := startTest(t, func(c *Config) { c.Mode = ModeEcho })
+	for _, tc := range []struct {
+		path, body string
+	}{
+		{"/v1/completions", `{"model":"m","prompt":[[1,2],[3]],"max_tokens":5,"stream":true,"stream_options":{"include_usage":true,"continuous_usage_stats":true}}`},
+		{"/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"a b c"}],"stream":true,"stream_options":{"include_usage":true,"continuous_usage_stats":true}}`},
+	} {
+		_, evs := postStream(t, inst.URL()+tc.path, tc.body)
+		seen := map[float64]float64{} // choice → completion tokens in its last chunk
+		var final map[string]any
+		for _, e := range evs[:len(evs)-1] {
+			m := mustJSON(t, e.data)
+			u, _ := at(m, "usage").(map[string]any)
+			if u == nil {
+				t.Fatalf("%s: chunk without usage: %s", tc.path, e.data)
+			}
+			if len(at(m, "choices").([]any)) == 0 {
+				final = u
+				continue
+			}
+			i := at(m, "choices", 0, "index").(float64)
+			c := u["completion_tokens"].(float64)
+			if c < seen[i] || u["total_tokens"].(float64) != u["prompt_tokens"].(float64)+c {
+				t.Errorf("%s: choice %v usage %v after %v completion tokens", tc.path, i, u, seen[i])
+			}
+			seen[i] = c
+		}
+		if final == nil || evs[len(evs)-1].data != "[DONE]" {
+			t.Fatalf("%s: no final usage chunk or no [DONE]: %v", tc.path, evs)
+		}
+		var sum float64
+		for _, c := range seen {
+			sum += c
+		}
+		if sum != final["completion_tokens"].(float64) || sum == 0 {
+			t.Errorf("%s: per-choice completion tokens %v, final usage %v", tc.path, seen, final)
+		}
+	}
+	// include_usage alone: choice chunks carry no usage key (vLLM leaves it unset).
+	_, evs := postStream(t, inst.URL()+"/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"a b"}],"stream":true,"stream_options":{"include_usage":true}}`)
+	for _, e := range evs[:len(evs)-2] {
+		if strings.Contains(e.data, `"usage"`) {
+			t.Errorf("choice chunk with usage without continuous_usage_stats: %s", e.data)
+		}
+	}
+}

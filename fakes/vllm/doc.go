@@ -16,7 +16,8 @@
 // /metrics (names of the MetricsNames generation), GET|POST /admin/config, GET
 // /admin/metrics-scrapes (eppkit only: /metrics pages written). Usage is vLLM's: without
 // --enable-prompt-tokens-details (vLLM's default) completions and chat usage has no cached_tokens
-// ("prompt_tokens_details":null in a JSON response, no key in a usage chunk). Errors are written
+// ("prompt_tokens_details":null in a JSON response, no key in a usage chunk), and
+// stream_options.continuous_usage_stats puts each choice's usage so far in every chunk. Errors are written
 // in each API's own shape. Every response carries x-inference-pod, x-inference-namespace and
 // x-inference-port; x-request-id is echoed. SPEC.md §7 and §7.1 are the rulebook.
 package vllm

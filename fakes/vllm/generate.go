@@ -310,7 +310,15 @@ func (s *Server) streamFormat(req *genRequest, runs []*choiceRun, id string, cre
 		return &responsesStream{responsesObject: responsesObject{id: id, model: req.model, created: created,
 			instructions: req.instructions, maxOutput: req.maxTokens}}
 	}
-	return newOpenAIStream(req.api == apiChat, id, req.model, created, req.includeUsage)
+	o := newOpenAIStream(req.api == apiChat, id, req.model, created, req.includeUsage)
+	if req.continuousUsage {
+		o.promptTokens = make([]int, len(runs))
+		o.completionTokens = make([]int, len(runs))
+		for i, c := range runs {
+			o.promptTokens[i] = c.seq.PromptTokens()
+		}
+	}
+	return o
 }
 
 // serveStream streams the tokens of every run as they fall due. Tokens already due when
@@ -466,10 +474,32 @@ func (s *sseWriter) flush() error {
 // openAIStream writes OpenAI completions and chat chunks with hand-built JSON (a fixed prefix per
 // request and the escaped token text): "data: {...}" per token, a role chunk before the first
 // chat token, a finish_reason chunk per choice, a usage chunk with stream_options.include_usage,
-// then "data: [DONE]".
+// then "data: [DONE]". With stream_options.continuous_usage_stats (and include_usage) every
+// choice chunk also carries that choice's usage so far, as vLLM's serving_chat.py and
+// serving_completion.py write it: prompt tokens, completion tokens generated until then (0 in
+// the role chunk), their total.
 type openAIStream struct {
 	chat, includeUsage bool
 	prefix             []byte // `data: {"id":..,"object":..,"created":..,"model":..,"choices":[`
+	// promptTokens and completionTokens are per choice, set only with continuous usage.
+	promptTokens, completionTokens []int
+}
+
+// closeChunk ends a choice chunk whose choice object is written: `]`, the choice's usage so far
+// with continuous usage, `}` and the event's blank line.
+func (o *openAIStream) closeChunk(sw *sseWriter, i int) {
+	sw.buf = append(sw.buf, ']')
+	if o.promptTokens != nil {
+		p, c := o.promptTokens[i], o.completionTokens[i]
+		sw.buf = append(sw.buf, `,"usage":{"prompt_tokens":`...)
+		sw.buf = strconv.AppendInt(sw.buf, int64(p), 10)
+		sw.buf = append(sw.buf, `,"completion_tokens":`...)
+		sw.buf = strconv.AppendInt(sw.buf, int64(c), 10)
+		sw.buf = append(sw.buf, `,"total_tokens":`...)
+		sw.buf = strconv.AppendInt(sw.buf, int64(p+c), 10)
+		sw.buf = append(sw.buf, '}')
+	}
+	sw.buf = append(sw.buf, "}\n\n"...)
 }
 
 func newOpenAIStream(chat bool, id, model string, created int64, includeUsage bool) *openAIStream {
@@ -498,21 +528,25 @@ func (o *openAIStream) choice(sw *sseWriter, i int) {
 }
 
 func (o *openAIStream) token(sw *sseWriter, i int, text string, first bool) {
-	if o.chat {
-		if first {
-			o.choice(sw, i)
-			sw.buf = append(sw.buf, `,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}`+"\n\n"...)
-		}
+	if o.chat && first {
 		o.choice(sw, i)
-		sw.buf = append(sw.buf, `,"delta":{"content":`...)
-		sw.buf = appendJSONString(sw.buf, text)
-		sw.buf = append(sw.buf, `},"logprobs":null,"finish_reason":null}]}`+"\n\n"...)
-		return
+		sw.buf = append(sw.buf, `,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}`...)
+		o.closeChunk(sw, i)
+	}
+	if o.completionTokens != nil {
+		o.completionTokens[i]++
 	}
 	o.choice(sw, i)
-	sw.buf = append(sw.buf, `,"text":`...)
-	sw.buf = appendJSONString(sw.buf, text)
-	sw.buf = append(sw.buf, `,"logprobs":null,"finish_reason":null}]}`+"\n\n"...)
+	if o.chat {
+		sw.buf = append(sw.buf, `,"delta":{"content":`...)
+		sw.buf = appendJSONString(sw.buf, text)
+		sw.buf = append(sw.buf, `},"logprobs":null,"finish_reason":null}`...)
+	} else {
+		sw.buf = append(sw.buf, `,"text":`...)
+		sw.buf = appendJSONString(sw.buf, text)
+		sw.buf = append(sw.buf, `,"logprobs":null,"finish_reason":null}`...)
+	}
+	o.closeChunk(sw, i)
 }
 
 func (o *openAIStream) end(sw *sseWriter, finish []string, u Usage) {
@@ -524,7 +558,8 @@ func (o *openAIStream) end(sw *sseWriter, finish []string, u Usage) {
 			sw.buf = append(sw.buf, `,"text":"","logprobs":null,"finish_reason":`...)
 		}
 		sw.buf = appendJSONString(sw.buf, reason)
-		sw.buf = append(sw.buf, "}]}\n\n"...)
+		sw.buf = append(sw.buf, '}')
+		o.closeChunk(sw, i)
 	}
 	if o.includeUsage {
 		sw.buf = append(sw.buf, o.prefix...)

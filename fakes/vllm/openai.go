@@ -72,6 +72,9 @@ func writeAPIError(w http.ResponseWriter, e *APIError) {
 type StreamOptions struct {
 	// IncludeUsage adds a final chunk with usage and no choices.
 	IncludeUsage bool `json:"include_usage"`
+	// ContinuousUsageStats (vLLM's extension, honoured with IncludeUsage) puts a usage object in
+	// every chunk: the choice's prompt tokens and its completion tokens so far.
+	ContinuousUsageStats bool `json:"continuous_usage_stats"`
 }
 
 // ChatMessage is one chat message. Content is a string or an array of content parts (text,
@@ -112,7 +115,9 @@ type genRequest struct {
 	maxTokens    int
 	stream       bool
 	includeUsage bool
-	cacheSalt    string
+	// continuousUsage is stream_options.continuous_usage_stats with include_usage.
+	continuousUsage bool
+	cacheSalt       string
 	// instructions is the Responses API's instructions (echoed in the response object).
 	instructions *string
 	// Embeddings: the vector length and whether to encode vectors as base64.
@@ -134,6 +139,7 @@ func decodeCompletion(body []byte, chat bool) (*genRequest, *APIError) {
 	}
 	g := &genRequest{api: apiCompletions, model: req.Model, stream: req.Stream, cacheSalt: req.CacheSalt,
 		includeUsage: req.StreamOptions != nil && req.StreamOptions.IncludeUsage}
+	g.continuousUsage = g.includeUsage && req.StreamOptions.ContinuousUsageStats
 	if chat {
 		g.api = apiChat
 	}
