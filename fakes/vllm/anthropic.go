@@ -211,3 +211,39 @@ func (m *messagesStream) end(sw *sseWriter, finish []string, u Usage) {
 	sw.buf = append(sw.buf, "}}\n\n"...)
 	sw.buf = append(sw.buf, "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"...)
 }
+
+// CountTokensResponse is the body of POST /v1/messages/count_tokens.
+type CountTokensResponse struct {
+	InputTokens int `json:"input_tokens"`
+}
+
+// handleCountTokens answers POST /v1/messages/count_tokens, Anthropic's token count, which vLLM's
+// Anthropic router (vllm/entrypoints/anthropic/api_router.py) serves next to /v1/messages and
+// clients such as Claude Code call before they send: {"input_tokens": N} for a Messages body
+// (max_tokens optional) whose prompt is rendered and tokenized as /v1/messages would. It submits
+// nothing to the engine and counts in no metric. Errors are Anthropic's envelope: 400 naming the
+// field, 404 for an unknown model.
+func (s *Server) handleCountTokens(w http.ResponseWriter, r *http.Request) {
+	body, apiErr := s.readBody(w, r)
+	if apiErr != nil {
+		apiMessages.writeError(w, apiErr)
+		return
+	}
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(body, &obj) == nil && obj != nil {
+		if _, ok := obj["max_tokens"]; !ok {
+			obj["max_tokens"] = json.RawMessage("1") // a count needs no output limit
+			body, _ = json.Marshal(obj)
+		}
+	}
+	req, apiErr := decodeMessages(body)
+	if apiErr != nil {
+		apiMessages.writeError(w, apiErr)
+		return
+	}
+	if _, ok := s.resolveModel(req.model); !ok {
+		apiMessages.writeError(w, NewAPIError(http.StatusNotFound, "model", "The model `%s` does not exist.", req.model))
+		return
+	}
+	writeJSON(w, http.StatusOK, CountTokensResponse{InputTokens: req.prompts[0].numTokens()})
+}

@@ -548,3 +548,41 @@ func TestContinuousUsageStats(t *testing.T) {
 		}
 	}
 }
+
+// TestMessagesCountTokens: POST /v1/messages/count_tokens counts the prompt /v1/messages would
+// run (max_tokens optional), without an engine request; bad input is Anthropic's 400 or 404.
+func TestMessagesCountTokens(t *testing.T) {
+	inst := startTest(t, nil)
+	url := inst.URL() + "/v1/messages/count_tokens"
+	for _, body := range []string{
+		`{"model":"m","system":"sys","messages":[{"role":"user","content":"alpha beta gamma"}]}`,
+		`{"model":"m","max_tokens":2,"system":"sys","messages":[{"role":"user","content":"alpha beta gamma"}]}`,
+	} {
+		resp, b := post(t, url, body)
+		// The prompt "system: sys\nuser: alpha beta gamma\n" is 8 tokens, as TestMessagesAPI's usage.
+		if resp.StatusCode != 200 || string(bytes.TrimSpace(b)) != `{"input_tokens":8}` {
+			t.Errorf("%s: %d %s", body, resp.StatusCode, b)
+		}
+	}
+	for _, name := range []string{MetricPromptTokens, MetricRequestSuccess} {
+		for _, m := range scrapeFamilies(t, inst.URL())[name].GetMetric() {
+			if v := m.GetCounter().GetValue(); v != 0 {
+				t.Errorf("%s = %v after counts only: a count reached the engine", name, v)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		body   string
+		status int
+	}{
+		{`{"model":"m","messages":[]}`, 400},
+		{`{"messages":[{"role":"user","content":"x"}]}`, 400},
+		{`{"model":"nope","messages":[{"role":"user","content":"x"}]}`, 404},
+		{`not json`, 400},
+	} {
+		resp, b := post(t, url, tc.body)
+		if resp.StatusCode != tc.status || at(mustJSON(t, string(b)), "type") != "error" {
+			t.Errorf("%s: %d %s, want %d in Anthropic's error envelope", tc.body, resp.StatusCode, b, tc.status)
+		}
+	}
+}

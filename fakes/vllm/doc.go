@@ -11,7 +11,8 @@
 // Endpoints: POST /v1/completions (every OpenAI prompt form: string, []string, []int, [][]int),
 // POST /v1/chat/completions, POST /v1/messages (Anthropic Messages, as vLLM serves it), POST
 // /v1/responses (OpenAI Responses, as vLLM serves it) — each as JSON or SSE with its own event
-// names and usage fields — POST /v1/embeddings (a prefill-only engine request per input), GET
+// names and usage fields — POST /v1/messages/count_tokens (Anthropic's count, no engine
+// request), POST /v1/embeddings (a prefill-only engine request per input), GET
 // /v1/models, POST /v1/load_lora_adapter, POST /v1/unload_lora_adapter, GET /health, GET
 // /metrics (names of the MetricsNames generation), GET|POST /admin/config, GET
 // /admin/metrics-scrapes (eppkit only: /metrics pages written). Usage is vLLM's: without
