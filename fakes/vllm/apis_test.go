@@ -586,3 +586,47 @@ func TestMessagesCountTokens(t *testing.T) {
 		}
 	}
 }
+
+// TestNChoices: n > 1 answers n choices per prompt, numbered prompt-major (i*n+j, vLLM's
+// completions numbering), each its own engine sequence; usage counts each prompt's tokens once
+// and every choice's completion tokens, as vLLM.
+func TestNChoices(t *testing.T) {
+	inst := startTest(t, func(c *Config) { c.Mode = ModeEcho })
+	resp, b := post(t, inst.URL()+"/v1/completions", `{"model":"m","prompt":[[1,2],[3]],"n":3}`)
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, b)
+	}
+	m := mustJSON(t, string(b))
+	choices := at(m, "choices").([]any)
+	if len(choices) != 6 {
+		t.Fatalf("%d choices, want 6: %s", len(choices), b)
+	}
+	for k := range choices {
+		want := map[int]string{0: "t1 t2 ", 1: "t3 "}[k/3]
+		if at(m, "choices", k, "index") != float64(k) || at(m, "choices", k, "text") != want {
+			t.Errorf("choice %d: %v, want index %d text %q", k, choices[k], k, want)
+		}
+	}
+	// prompts 2+1 tokens counted once; completions 3×2 + 3×1.
+	if at(m, "usage", "prompt_tokens") != 3.0 || at(m, "usage", "completion_tokens") != 9.0 || at(m, "usage", "total_tokens") != 12.0 {
+		t.Errorf("usage %v", m["usage"])
+	}
+
+	_, evs := postStream(t, inst.URL()+"/v1/chat/completions", `{"model":"m","n":2,"messages":[{"role":"user","content":"a b"}],"stream":true,"stream_options":{"include_usage":true}}`)
+	texts := map[float64]string{}
+	for _, e := range evs[:len(evs)-1] {
+		ch := mustJSON(t, e.data)
+		if len(at(ch, "choices").([]any)) == 0 {
+			if at(ch, "usage", "completion_tokens") != 4.0 {
+				t.Errorf("chat n=2 usage %v", at(ch, "usage"))
+			}
+			continue
+		}
+		if c, ok := at(ch, "choices", 0, "delta", "content").(string); ok {
+			texts[at(ch, "choices", 0, "index").(float64)] += c
+		}
+	}
+	if diff := cmp.Diff(map[float64]string{0: "a b", 1: "a b"}, texts); diff != "" {
+		t.Errorf("chat n=2 streamed texts (-want +got):\n%s", diff)
+	}
+}

@@ -15,9 +15,12 @@ import (
 // conversation of a chat-style request, or one embeddings input.
 type choiceRun struct {
 	prompt promptInput
-	out    []engine.Token // the output tokens to emit (empty for embeddings)
-	finish string
-	seq    *engine.Sequence
+	// sampleOf is the run's index among the choices of its prompt (request n > 1); usage counts
+	// a prompt's tokens once, on its sample 0, as vLLM counts one prompt per request output.
+	sampleOf int
+	out      []engine.Token // the output tokens to emit (empty for embeddings)
+	finish   string
+	seq      *engine.Sequence
 	// Filled while the sequence runs.
 	n      int       // events received
 	prevAt time.Time // due time of the latest event
@@ -135,7 +138,8 @@ func (s *Server) injectFailure(w http.ResponseWriter, r *http.Request, api apiKi
 // chooses its output: the echo, or random bank text of max_tokens tokens (1–3 sentences when
 // max_tokens is unset), cut at the context window with finish reason "length".
 func (s *Server) planRuns(req *genRequest) ([]*choiceRun, *APIError) {
-	runs := make([]*choiceRun, len(req.prompts))
+	n := max(req.n, 1)
+	runs := make([]*choiceRun, 0, len(req.prompts)*n)
 	maxLen := s.cfg.MaxModelLen
 	for i, p := range req.prompts {
 		promptTokens := p.numTokens()
@@ -146,7 +150,7 @@ func (s *Server) planRuns(req *genRequest) ([]*choiceRun, *APIError) {
 					"This model's maximum context length is %d tokens. However, you requested %d tokens in the input for embedding generation. Please reduce the length of the input.",
 					maxLen, promptTokens)
 			}
-			runs[i] = &choiceRun{prompt: p, finish: engine.FinishStop}
+			runs = append(runs, &choiceRun{prompt: p, finish: engine.FinishStop})
 			continue
 		}
 		maxTok := req.maxTokens
@@ -159,21 +163,25 @@ func (s *Server) planRuns(req *genRequest) ([]*choiceRun, *APIError) {
 		if maxTok > 0 {
 			limit = maxTok
 		}
-		var out []engine.Token
-		if s.cfg.Mode == ModeEcho {
-			out = req.echo[i]
-		} else {
-			s.rngMu.Lock()
-			out = randomTokens(s.rng, maxTok)
-			s.rngMu.Unlock()
+		// n choices per prompt, prompt-major: choice index i*n+j, as vLLM's completions number
+		// them (chat has one prompt, so j).
+		for j := 0; j < n; j++ {
+			var out []engine.Token
+			if s.cfg.Mode == ModeEcho {
+				out = req.echo[i]
+			} else {
+				s.rngMu.Lock()
+				out = randomTokens(s.rng, maxTok)
+				s.rngMu.Unlock()
+			}
+			finish := engine.FinishStop
+			if len(out) > limit {
+				out, finish = out[:limit], engine.FinishLength
+			} else if maxTok > 0 && len(out) == maxTok && s.cfg.Mode == ModeRandom {
+				finish = engine.FinishLength
+			}
+			runs = append(runs, &choiceRun{prompt: p, sampleOf: j, out: out, finish: finish})
 		}
-		finish := engine.FinishStop
-		if len(out) > limit {
-			out, finish = out[:limit], engine.FinishLength
-		} else if maxTok > 0 && len(out) == maxTok && s.cfg.Mode == ModeRandom {
-			finish = engine.FinishLength
-		}
-		runs[i] = &choiceRun{prompt: p, out: out, finish: finish}
 	}
 	return runs, nil
 }
@@ -213,8 +221,10 @@ func (s *Server) finishRun(eng *rankEngine, c *choiceRun, arrival time.Time, poo
 func (s *Server) usageOf(runs []*choiceRun, pooling bool) Usage {
 	var u Usage
 	for _, c := range runs {
-		u.PromptTokens += c.seq.PromptTokens()
-		u.cached += c.seq.CachedTokens()
+		if c.sampleOf == 0 { // a prompt counts once however many choices it has
+			u.PromptTokens += c.seq.PromptTokens()
+			u.cached += c.seq.CachedTokens()
+		}
 		if !pooling {
 			u.CompletionTokens += c.n
 		}

@@ -117,7 +117,9 @@ type genRequest struct {
 	includeUsage bool
 	// continuousUsage is stream_options.continuous_usage_stats with include_usage.
 	continuousUsage bool
-	cacheSalt       string
+	// n is the number of choices per prompt (the request's n; 0 means 1).
+	n         int
+	cacheSalt string
 	// instructions is the Responses API's instructions (echoed in the response object).
 	instructions *string
 	// Embeddings: the vector length and whether to encode vectors as base64.
@@ -146,8 +148,11 @@ func decodeCompletion(body []byte, chat bool) (*genRequest, *APIError) {
 	if req.Model == "" {
 		return nil, NewAPIError(http.StatusBadRequest, "model", "the field 'model' is required")
 	}
-	if req.N != nil && *req.N != 1 {
-		return nil, NewAPIError(http.StatusBadRequest, "n", "only n=1 is supported, got %d", *req.N)
+	if req.N != nil && *req.N < 1 {
+		return nil, NewAPIError(http.StatusBadRequest, "n", "n must be at least 1, got %d", *req.N)
+	}
+	if req.N != nil {
+		g.n = *req.N
 	}
 	for _, p := range []struct {
 		name string

@@ -91,7 +91,8 @@ func TestDecodeCompletion(t *testing.T) {
 		{name: "prompt of wrong type", body: `{"model":"m","prompt":{"a":1}}`, wantErr: true, wantParam: "prompt"},
 		{name: "zero max_tokens", body: `{"model":"m","prompt":"x","max_tokens":0}`, wantErr: true, wantParam: "max_tokens"},
 		{name: "max_tokens of wrong type", body: `{"model":"m","prompt":"x","max_tokens":"5"}`, wantErr: true, wantParam: "max_tokens"},
-		{name: "n of 2", body: `{"model":"m","prompt":"x","n":2}`, wantErr: true, wantParam: "n"},
+		{name: "n of 0", body: `{"model":"m","prompt":"x","n":0}`, wantErr: true, wantParam: "n"},
+		{name: "n of -1", body: `{"model":"m","prompt":"x","n":-1}`, wantErr: true, wantParam: "n"},
 		{name: "stream of wrong type", body: `{"model":"m","prompt":"x","stream":"yes"}`, wantErr: true, wantParam: "stream"},
 	})
 }
