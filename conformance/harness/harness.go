@@ -187,16 +187,18 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 	}
 	s.sourceStarted = true
 
-	// Target.
-	ports, err := FreePorts(3)
-	if err != nil {
-		return s, &Error{Stage: "target", Err: err}
-	}
+	// Target. The sidecar starts (and holds its port) before the target's ports are picked: picked
+	// first, a port was closed again and the sidecar's listen on :0 could be given the same one
+	// (seen in CI: --grpc-port 45463 with --predictor-url http://127.0.0.1:45463).
 	if cfg.Eppkit != "" && !cfg.NoPredictorSidecar && ReceivesPredictorURL(cfg.Target) {
 		log.Info("starting the latency predictor sidecar")
 		if s.predictor, err = startPredictorSidecar(fctx, cfg.Eppkit, cfg.LogDir, cfg.Timeouts.HarnessStart.D()); err != nil {
 			return s, &Error{Stage: "predictor", Err: err}
 		}
+	}
+	ports, err := FreePorts(3)
+	if err != nil {
+		return s, &Error{Stage: "target", Err: err}
 	}
 	env := TargetEnv{Eppkit: cfg.Eppkit, Endpoints: s.Source.Endpoints, GRPCPort: ports[0], HealthPort: ports[1],
 		MetricsPort: ports[2], Kubeconfig: s.Source.Kubeconfig, PoolName: s.Source.PoolName,
