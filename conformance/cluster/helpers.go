@@ -40,6 +40,28 @@ func CreateNamespace(ctx context.Context, p Provider, cs kubernetes.Interface, n
 	return nil
 }
 
+// WaitForDefaultServiceAccount polls namespace ns until its ServiceAccount "default" exists, or
+// timeout (or ctx) ends. The ServiceAccount admission plugin refuses a pod whose service account
+// does not exist yet ("error looking up service account NS/default"), and the service-account
+// controller creates "default" a moment after the namespace, so whoever creates bare pods right
+// after CreateNamespace waits here first (controllers retry; a direct Pods().Create does not).
+// The error names the namespace and the last API error seen.
+func WaitForDefaultServiceAccount(ctx context.Context, cs kubernetes.Interface, ns string, timeout time.Duration) error {
+	last := "not created yet"
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		_, err := cs.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("namespace %s: service account default: %s (after %s: %w)", ns, last, timeout, err)
+	}
+	return nil
+}
+
 // WaitForReadyNode polls the cluster until at least one node has condition Ready=True, or
 // timeout (or ctx) ends; the error then says what the nodes reported last (or the API error).
 func WaitForReadyNode(ctx context.Context, cs kubernetes.Interface, timeout time.Duration) error {

@@ -82,3 +82,22 @@ func TestCreateNamespace(t *testing.T) {
 		t.Error("run-2 was created through the clientset instead of the provider")
 	}
 }
+
+// TestWaitForDefaultServiceAccount: it returns once the service-account controller has created
+// "default" (here: a goroutine, 300 ms after the call), and times out naming the namespace when
+// nothing does.
+func TestWaitForDefaultServiceAccount(t *testing.T) {
+	cs := fake.NewClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "run"}})
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		_, _ = cs.CoreV1().ServiceAccounts("run").Create(t.Context(),
+			&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: "run"}}, metav1.CreateOptions{})
+	}()
+	if err := WaitForDefaultServiceAccount(t.Context(), cs, "run", 5*time.Second); err != nil {
+		t.Fatalf("with the account created: %v", err)
+	}
+	err := WaitForDefaultServiceAccount(t.Context(), cs, "other", 500*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "namespace other: service account default") {
+		t.Fatalf("without an account: err = %v, want it to name namespace other", err)
+	}
+}

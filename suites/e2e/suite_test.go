@@ -250,6 +250,7 @@ var _ = ginkgo.BeforeSuite(func(ctx context.Context) {
 		deleteNamespace(ctx, e.cs, e.ns)
 	}
 	gomega.Expect(cluster.CreateNamespace(ctx, p, e.cs, e.ns, map[string]string{"eppkit.io/e2e": "true"})).To(gomega.Succeed())
+	gomega.Expect(cluster.WaitForDefaultServiceAccount(ctx, e.cs, e.ns, time.Minute)).To(gomega.Succeed())
 	ginkgo.DeferCleanup(func(ctx context.Context) {
 		if ginkgo.CurrentSpecReport().Failed() {
 			dump(ctx, e)

@@ -200,6 +200,9 @@ func (s *source) StartFleet(ctx context.Context, spec harness.FleetSpec) (harnes
 	if err := cluster.CreateNamespace(ctx, r.opts.Provider, r.cs, r.ns, map[string]string{"eppkit.io/conformance": "true"}); err != nil {
 		return nil, err
 	}
+	if err := cluster.WaitForDefaultServiceAccount(ctx, r.cs, r.ns, time.Minute); err != nil {
+		return nil, fmt.Errorf("cluster fleet: %w", err)
+	}
 	r.forwards = portforward.NewPool(r.rest, nil)
 	r.dial = r.forwards.PodDialer(portforward.LookupByIP(r.cs), r.ns)
 	for i := 0; i < spec.Count; i++ {
