@@ -43,7 +43,7 @@ func TestBenchSimulatePrintsTheBenchLayoutMarkedSimulated(t *testing.T) {
 	if err != nil {
 		t.Fatalf("seed 23: %v\n%s", err, stdout)
 	}
-	for _, want := range []string{"SIMULATED (virtual time, not a real run): policy predicted-latency, 3 endpoints (frozen ×3)",
+	for _, want := range []string{"SIMULATED (virtual time, not a real run): policy predicted-latency, 3 endpoints (default ×3)",
 		"============ Serving Benchmark Result ============", "Request goodput (req/s):", "goodput (SLOs ttft:300):",
 		"median queue", "conformance-2", "scheduling decisions (real time on this machine):", "peak RSS of this process:"} {
 		if !strings.Contains(stdout, want) {
@@ -110,10 +110,10 @@ func TestBenchSimulateRefusesBadFlags(t *testing.T) {
 	}{
 		{[]string{"bench", "simulate", "--policy", "nope"}, `unknown policy "nope"`},
 		{[]string{"bench", "simulate", "--max-concurrency", "4"}, "--max-concurrency is not simulated"},
-		{[]string{"bench", "simulate", "--fleet-size", "0"}, "--fleet-size must be in"},
-		{[]string{"bench", "simulate", "--profiles", "fast"}, `unknown profile "fast"`},
+		{[]string{"bench", "simulate", "--fleet-size", "-1"}, "--fleet-size must be in"},
+		{[]string{"bench", "simulate", "--fleet-profiles", "fast"}, `unknown profile "fast"`},
 		{[]string{"bench", "simulate", "--goodput", "ttft"}, "--goodput"},
-		{[]string{"bench", "simulate", "--validate", "--profiles", "slow"}, "drop --profiles"},
+		{[]string{"bench", "simulate", "--validate", "--fleet-profiles", "slow:251"}, "at most 250 endpoints (--fleet-size, --fleet-profiles), got 251"},
 		{[]string{"bench", "simulate", "--validate", "--validate-policies", "oracle"}, "no real-time counterpart"},
 		{[]string{"bench", "simulate", "compare", "--endpoints", "2,x"}, `"x" is not an integer`},
 		{[]string{"bench", "simulate", "compare", "--policies", "round-robin,nope"}, `unknown policy "nope"`},

@@ -92,6 +92,9 @@ type EnvConfig struct {
 	Seed int64
 	// FleetSize, KVCacheSize (blocks per endpoint) and MaxModelLen default to the Default* constants.
 	FleetSize, KVCacheSize, MaxModelLen int
+	// Profiles are the endpoints' latency profiles, cycled over the fleet (ProfileOf; nil: all
+	// ProfileDefault).
+	Profiles []string
 	// FleetPort is the port every endpoint listens on (0 = a free one), so an EPP started outside
 	// (the address target) can be told 127.0.10.1..N:FleetPort in advance.
 	FleetPort int
@@ -111,11 +114,13 @@ type Env struct {
 	URL string
 	// Adapters are every LoRA adapter name; every endpoint serves all of them.
 	Adapters []string
+	// Profiles maps each endpoint's pod name to its latency profile.
+	Profiles map[string]string
 	srv      *http.Server
 	rr       *gateway.Gateway // the round-robin gateway when Suite is nil
 }
 
-// StartEnv starts the fleet (with FrozenProfile and the bench's sizing), then either the harness
+// StartEnv starts the fleet (each endpoint with its latency profile and the bench's sizing), then either the harness
 // around cfg.Target (harness.Start, with this fleet as its pool) or, without a target, a
 // round-robin gateway, and serves the gateway over HTTP. Errors are the harness's
 // (*harness.Error) or the fleet's, gateway's and listener's.
@@ -148,6 +153,10 @@ func StartEnv(ctx context.Context, cfg EnvConfig) (e *Env, err error) {
 	}()
 	if e.Fleet, err = startFleet(ctx, cfg, e.Adapters, timeouts.HarnessStart.D(), log); err != nil {
 		return e, &harness.Error{Stage: "fleet", Err: err}
+	}
+	e.Profiles = map[string]string{}
+	for _, m := range e.Fleet.Members() {
+		e.Profiles[m.Name] = ProfileOf(cfg.Profiles, m.Index)
 	}
 	handler := http.Handler(nil)
 	if cfg.Target == nil {
@@ -211,13 +220,18 @@ func FakeConfig(i int, seed int64, kvCacheSize, maxModelLen int, adapters []stri
 	return c
 }
 
-// startFleet starts the fake fleet of FakeConfig members and waits until it is healthy.
+// startFleet starts the fake fleet of FakeConfig members, each with its latency profile
+// (ApplyProfile), and waits until it is healthy.
 func startFleet(ctx context.Context, cfg EnvConfig, adapters []string, timeout time.Duration, log *slog.Logger) (*fleet.Fleet, error) {
 	base := FakeConfig(0, cfg.Seed, cfg.KVCacheSize, cfg.MaxModelLen, adapters)
-	log.Info("starting fake vLLM fleet", "count", cfg.FleetSize, "model", base.Model)
+	log.Info("starting fake vLLM fleet", "count", cfg.FleetSize, "model", base.Model,
+		"profiles", ProfileSummary(ProfileCounts(cfg.Profiles, cfg.FleetSize)))
 	f, err := fleet.Start(fleet.Options{Count: cfg.FleetSize, Base: base, Port: cfg.FleetPort, NamePrefix: "conformance-",
-		// Members differ from FakeConfig(0, …) only in their seed.
-		PerServer: func(i int, c *vllm.Config) { c.Seed = cfg.Seed + int64(i) },
+		// Members differ from FakeConfig(0, …) only in their seed and latency profile.
+		PerServer: func(i int, c *vllm.Config) {
+			c.Seed = cfg.Seed + int64(i)
+			ApplyProfile(c, ProfileOf(cfg.Profiles, i))
+		},
 	})
 	if err != nil {
 		return nil, err

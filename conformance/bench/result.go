@@ -166,7 +166,9 @@ type StepResult struct {
 
 // EndpointRow is one line of the per-endpoint table.
 type EndpointRow struct {
-	Name     string `json:"name"`
+	Name string `json:"name"`
+	// Profile is the endpoint's latency profile (ProfileNames; "" when not known).
+	Profile  string `json:"profile,omitempty"`
 	Requests int    `json:"requests"`
 	// Share is Requests ÷ all routed requests, in [0,1].
 	Share float64 `json:"share"`
@@ -473,12 +475,34 @@ func PrintSteps(w io.Writer, r *Result) {
 	_ = tw.Flush()
 }
 
-// PrintEndpoints writes the per-endpoint load and prefix-hit table.
+// SetEndpointProfiles sets each per-endpoint row's Profile from byName (pod name → profile).
+func SetEndpointProfiles(r *Result, byName map[string]string) {
+	for i := range r.Endpoints {
+		r.Endpoints[i].Profile = byName[r.Endpoints[i].Name]
+	}
+}
+
+// PrintEndpoints writes the per-endpoint load and prefix-hit table, with each endpoint's latency
+// profile when the rows know it.
 func PrintEndpoints(w io.Writer, r *Result) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "endpoint\trequests\tshare\tcached tokens (usage)\tengine prefix hit rate\tmean TTFT (ms)\tmedian waiting\tmax waiting\t")
+	withProfile := false
 	for _, e := range r.Endpoints {
-		fmt.Fprintf(tw, "%s\t%d\t%.1f%%\t%.1f%%\t%.1f%%\t%.1f\t%.1f\t%.0f\t\n", e.Name, e.Requests, 100*e.Share,
+		withProfile = withProfile || e.Profile != ""
+	}
+	profile := func(e EndpointRow) string {
+		if !withProfile {
+			return ""
+		}
+		return e.Profile + "\t"
+	}
+	header := "endpoint\t"
+	if withProfile {
+		header += "profile\t"
+	}
+	fmt.Fprintln(tw, header+"requests\tshare\tcached tokens (usage)\tengine prefix hit rate\tmean TTFT (ms)\tmedian waiting\tmax waiting\t")
+	for _, e := range r.Endpoints {
+		fmt.Fprintf(tw, "%s\t%s%d\t%.1f%%\t%.1f%%\t%.1f%%\t%.1f\t%.1f\t%.0f\t\n", e.Name, profile(e), e.Requests, 100*e.Share,
 			100*e.CachedTokenFraction, 100*e.EngineHitRate, e.MeanTTFTMs, e.MedianWaiting, e.MaxWaiting)
 	}
 	_ = tw.Flush()

@@ -98,6 +98,7 @@ func Run(ctx context.Context, cfg RunConfig) (*Result, error) {
 		return nil, exitErr
 	}
 	r := BuildResult(cfg.Env.Name, cfg.Spec, cfg.Steps, load, cfg.Percentiles)
+	SetEndpointProfiles(r, env.Profiles)
 	r.Burstiness, r.MaxConcurrency, r.StartedAt = cfg.Burstiness, cfg.MaxConcurrency, started
 	r.LoadAvgStart, r.LoadAvgEnd = loadStart, LoadAverage()
 	o := plan.Oracle

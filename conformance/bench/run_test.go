@@ -61,3 +61,45 @@ func TestRunRoundRobinEndToEnd(t *testing.T) {
 		t.Fatalf("%d monitor samples", len(r.Samples))
 	}
 }
+
+// TestRunHeterogeneousFleet: with profiles default and slow, each per-endpoint row names its
+// profile and the slow endpoint's streams obey the slow profile's lower bounds (60 ms prefill
+// overhead, later tokens at least 0.3 × 24 ms apart), which hold whatever the machine's load.
+func TestRunHeterogeneousFleet(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a fleet")
+	}
+	spec := Spec{Name: WorkloadSharedPrefix, Seed: 22, Groups: 2, PromptsPerGroup: 2, SystemPromptLen: 64, QuestionLen: 8, OutputLen: 4}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r, err := Run(ctx, RunConfig{Spec: spec, Steps: []Step{{Rate: 4, Duration: 3 * time.Second}},
+		Env: EnvConfig{Name: TargetRoundRobin, Seed: 22, FleetSize: 2, Profiles: []string{ProfileDefault, ProfileSlow},
+			KVCacheSize: 1024, MaxModelLen: 1024}})
+	if err != nil {
+		t.Fatalf("seed 22: %v", err)
+	}
+	want := map[string]string{"conformance-0": ProfileDefault, "conformance-1": ProfileSlow}
+	for _, e := range r.Endpoints {
+		if e.Profile != want[e.Name] {
+			t.Errorf("seed 22: endpoint %s has profile %q, want %q", e.Name, e.Profile, want[e.Name])
+		}
+	}
+	slow := 0
+	for _, o := range r.Outcomes {
+		if o.Endpoint != "conformance-1" || !o.OK() {
+			continue
+		}
+		slow++
+		last := o.TTFTMs
+		for _, g := range o.ITLMs {
+			last += g
+		}
+		if o.TTFTMs < 60 || last < 60+3*7.2 {
+			t.Errorf("seed 22 request %d on the slow endpoint: TTFT %.1f ms, last token at %.1f ms; the slow profile cannot be faster than 60 and %.1f ms",
+				o.ID, o.TTFTMs, last, 60+3*7.2)
+		}
+	}
+	if slow == 0 {
+		t.Fatalf("seed 22: round-robin sent nothing to the slow endpoint: %+v", r.Endpoints)
+	}
+}

@@ -30,8 +30,12 @@ type ServeOptions struct {
 	Burstiness     float64
 	MaxConcurrency int
 	// FleetSize, KVCacheSize and MaxModelLen size the fake fleet (--fleet-size, --kv-cache-size,
-	// --max-model-len).
+	// --max-model-len). FleetSize 0 is the number of endpoints FleetProfiles lists, or
+	// DefaultFleetSize without it (Fleet).
 	FleetSize, KVCacheSize, MaxModelLen int
+	// FleetProfiles are the endpoints' latency profiles (--fleet-profiles, ParseFleetProfiles:
+	// "default:1,slow:1"), cycled over the fleet; "" is every endpoint default.
+	FleetProfiles string
 	// The workload's shape (--input-len, --output-len, --max-output-len, --range-ratio, --groups,
 	// --prompts-per-group, --system-prompt-len, --question-len, --multi-turn, --num-prefixes,
 	// --prefix-len, --suffix-len).
@@ -47,8 +51,29 @@ type ServeOptions struct {
 	NoProgress, Verbose bool
 }
 
-// spec builds the workload spec.
-func (f *ServeOptions) spec() (Spec, error) {
+// MaxRealFleetSize bounds the fleet of a real (not simulated) run: fakes on 127.0.10.1 … .250.
+const MaxRealFleetSize = 250
+
+// Fleet resolves the fleet's size and profiles: FleetProfiles parsed (ParseFleetProfiles, at
+// most maxSize endpoints) and FleetSize, or, when FleetSize is 0, the number of endpoints
+// FleetProfiles lists (DefaultFleetSize without it). Errors name --fleet-size or --fleet-profiles.
+func (f *ServeOptions) Fleet(maxSize int) (n int, profiles []string, err error) {
+	if profiles, err = ParseFleetProfiles(f.FleetProfiles, maxSize); err != nil {
+		return 0, nil, err
+	}
+	switch n = f.FleetSize; {
+	case n == 0 && len(profiles) > 0:
+		n = len(profiles)
+	case n == 0:
+		n = DefaultFleetSize
+	case n < 0 || n > maxSize:
+		return 0, nil, fmt.Errorf("--fleet-size must be in [1,%d], got %d", maxSize, n)
+	}
+	return n, profiles, nil
+}
+
+// spec builds the workload spec for a fleet of n endpoints.
+func (f *ServeOptions) spec(n int) (Spec, error) {
 	s := DefaultSpec(f.Workload)
 	s.Seed = f.Seed
 	set := func(dst *int, v int) {
@@ -72,7 +97,7 @@ func (f *ServeOptions) spec() (Spec, error) {
 	s.MultiTurn = f.MultiTurn
 	s.Path = f.DatasetPath
 	if f.Workload == WorkloadMultiLoRA {
-		s.Adapters = AdapterNames(f.FleetSize)
+		s.Adapters = AdapterNames(n)
 	}
 	if err := s.Validate(); err != nil {
 		return s, err
@@ -85,7 +110,11 @@ func (f *ServeOptions) spec() (Spec, error) {
 // it is a terminal), and, with ExportWorkload, writes the generated requests there.
 func (f *ServeOptions) RunConfig(stderr io.Writer) (RunConfig, error) {
 	var rc RunConfig
-	spec, err := f.spec()
+	n, profiles, err := f.Fleet(MaxRealFleetSize)
+	if err != nil {
+		return rc, err
+	}
+	spec, err := f.spec(n)
 	if err != nil {
 		return rc, err
 	}
@@ -95,9 +124,6 @@ func (f *ServeOptions) RunConfig(stderr io.Writer) (RunConfig, error) {
 	}
 	if f.MaxConcurrency < 0 {
 		return rc, fmt.Errorf("--max-concurrency must not be negative, got %d", f.MaxConcurrency)
-	}
-	if f.FleetSize < 1 || f.FleetSize > 250 {
-		return rc, fmt.Errorf("--fleet-size must be in [1,250], got %d", f.FleetSize)
 	}
 	pcts, err := parsePercentiles(f.MetricPercentiles)
 	if err != nil {
@@ -111,7 +137,7 @@ func (f *ServeOptions) RunConfig(stderr io.Writer) (RunConfig, error) {
 		}
 	}
 	rc = RunConfig{Spec: spec, Steps: steps, Burstiness: f.Burstiness, MaxConcurrency: f.MaxConcurrency, Percentiles: pcts,
-		Env: EnvConfig{Seed: f.Seed, FleetSize: f.FleetSize, KVCacheSize: f.KVCacheSize, MaxModelLen: f.MaxModelLen}}
+		Env: EnvConfig{Seed: f.Seed, FleetSize: n, Profiles: profiles, KVCacheSize: f.KVCacheSize, MaxModelLen: f.MaxModelLen}}
 	if f.WorkloadFile != "" {
 		if rc.Requests, err = ReadJSONLFile(f.WorkloadFile); err != nil {
 			return rc, fmt.Errorf("--workload-file: %v", err)
@@ -128,7 +154,7 @@ func (f *ServeOptions) RunConfig(stderr io.Writer) (RunConfig, error) {
 		rc.Env.Logger = rc.Logger
 	}
 	if f.ExportWorkload != "" {
-		plan, err := MakePlan(rc, AdapterNames(f.FleetSize))
+		plan, err := MakePlan(rc, AdapterNames(n))
 		if err != nil {
 			return rc, err
 		}

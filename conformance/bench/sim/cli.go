@@ -40,9 +40,6 @@ type ReferencePicker func(name, configFile string) (Picker, error)
 // of the real bench that the simulation does not model (--max-concurrency) are refused.
 type Options struct {
 	bench.ServeOptions
-	// Profiles are the latency profiles cycled over the endpoints (--profiles: "frozen",
-	// "slow", or runs like "frozen:3,slow:1"; "" all frozen).
-	Profiles string
 	// Goodput are the SLOs of goodput, as vllm bench serve --goodput ("ttft:500 tpot:50").
 	Goodput string
 	// ConfigsDir holds the reference policies' EndpointPickerConfig files (--configs-dir).
@@ -74,23 +71,21 @@ func (o *Options) Config(stderr io.Writer) (Config, error) {
 	if o.MaxConcurrency != 0 {
 		return c, badOptions("--max-concurrency is not simulated (the simulation is open loop only)")
 	}
-	if o.FleetSize < 1 || o.FleetSize > MaxFleetSize {
-		return c, badOptions("--fleet-size must be in [1,%d], got %d", MaxFleetSize, o.FleetSize)
+	n, profiles, err := o.Fleet(MaxFleetSize)
+	if err != nil {
+		return c, badOptions("%v", err)
 	}
+	o.FleetSize = n // resolved once: the output names and headers print it
 	// The real bench's checks (workload, ladder, percentiles, workload file), with a fleet size
 	// it accepts: the simulated fleet may be larger than a real one.
 	so := o.ServeOptions
-	so.FleetSize, so.Verbose = min(so.FleetSize, 250), false
+	so.FleetSize, so.FleetProfiles, so.Verbose = min(so.FleetSize, bench.MaxRealFleetSize), "", false
 	rc, err := so.RunConfig(stderr)
 	if err != nil {
 		return c, badOptions("%v", err)
 	}
 	if o.Workload == bench.WorkloadMultiLoRA {
 		rc.Spec.Adapters = bench.AdapterNames(o.FleetSize)
-	}
-	profiles, err := ProfileList(o.Profiles)
-	if err != nil {
-		return c, badOptions("%v", err)
 	}
 	slo, err := bench.ParseGoodput(o.Goodput)
 	if err != nil {
@@ -190,11 +185,8 @@ func RunValidation(ctx context.Context, stdout, stderr io.Writer, o ValidateOpti
 	if err != nil {
 		return err
 	}
-	if o.FleetSize > 250 {
-		return badOptions("--validate runs the real fleet too: --fleet-size must be at most 250, got %d", o.FleetSize)
-	}
-	if o.Profiles != "" {
-		return badOptions("--validate: the real fleet has only the frozen profile; drop --profiles")
+	if o.FleetSize > bench.MaxRealFleetSize {
+		return badOptions("--validate runs the real fleet too: at most %d endpoints (--fleet-size, --fleet-profiles), got %d", bench.MaxRealFleetSize, o.FleetSize)
 	}
 	policies := conformance.SplitList(o.Policies)
 	for _, p := range policies {

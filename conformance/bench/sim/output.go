@@ -29,7 +29,7 @@ const MaxEndpointRows = 16
 // then the picker's CPU time per decision and the simulation's own cost.
 func PrintResult(w io.Writer, r *Result, o bench.BlockOptions) {
 	fmt.Fprintf(w, "SIMULATED (virtual time, not a real run): policy %s, %d endpoints (%s), metrics scraped every %.0f ms, stale after %.0f ms, seed %d\n",
-		r.Target, r.FleetSize, profileString(r.Profiles), r.RefreshIntervalMs, r.StaleThresholdMs, r.Seed)
+		r.Target, r.FleetSize, bench.ProfileSummary(r.Profiles), r.RefreshIntervalMs, r.StaleThresholdMs, r.Seed)
 	if r.Goodput != nil {
 		g := r.Goodput.PerSecond
 		o.Goodput = &g
@@ -56,16 +56,6 @@ func PrintResult(w io.Writer, r *Result, o bench.BlockOptions) {
 	}
 	fmt.Fprintf(w, "simulation: %.1f s of virtual time in %.1f s of wall time (%.2fx real time), %d events\n",
 		r.VirtualSeconds, r.WallSeconds, speed, r.Events)
-}
-
-func profileString(p map[string]int) string {
-	var parts []string
-	for _, name := range []string{ProfileFrozen, ProfileSlow} {
-		if p[name] > 0 {
-			parts = append(parts, fmt.Sprintf("%s ×%d", name, p[name]))
-		}
-	}
-	return strings.Join(parts, ", ")
 }
 
 // PrintEndpointSummary writes the per-endpoint table of a large fleet as quantiles over the

@@ -20,7 +20,7 @@ type Endpoint struct {
 	// Address and Port are where the picker routes it ("10.233.<i/250>.<i%250+1>", port 8000).
 	Address string
 	Port    int
-	// Profile is its latency profile (ProfileFrozen or ProfileSlow).
+	// Profile is its latency profile (bench.ProfileDefault or bench.ProfileSlow).
 	Profile string
 }
 

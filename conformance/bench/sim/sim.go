@@ -25,12 +25,6 @@ import (
 	"github.com/eppkit/eppkit/internal/percentile"
 )
 
-// Latency profiles of simulated endpoints (SPEC §7's frozen profiles).
-const (
-	ProfileFrozen = "frozen"
-	ProfileSlow   = "slow"
-)
-
 // Defaults of Config.
 const (
 	// DefaultRefreshInterval is the reference EPP's --refresh-metrics-interval default.
@@ -61,8 +55,8 @@ type Config struct {
 	// FleetSize is the number of endpoints (default bench.DefaultFleetSize, at most
 	// MaxFleetSize); KVCacheSize (blocks) and MaxModelLen default to the bench's.
 	FleetSize, KVCacheSize, MaxModelLen int
-	// Profiles are the endpoints' latency profiles, cycled over the fleet (nil: all
-	// ProfileFrozen); ["frozen", "slow"] alternates them.
+	// Profiles are the endpoints' latency profiles (bench.ProfileNames), cycled over the fleet
+	// (bench.ProfileOf; nil: all bench.ProfileDefault); ["default", "slow"] alternates them.
 	Profiles []string
 	// Seed seeds the engines (endpoint i: Seed + i, as the bench harness seeds its fakes), the
 	// scrape phases and the picker (Env.Seed).
@@ -114,8 +108,8 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("sim: SampleInterval must be positive, got %v", c.SampleInterval)
 	}
 	for _, p := range c.Profiles {
-		if p != ProfileFrozen && p != ProfileSlow {
-			return fmt.Errorf("--profiles: unknown profile %q (have %s, %s)", p, ProfileFrozen, ProfileSlow)
+		if p != bench.ProfileDefault && p != bench.ProfileSlow {
+			return fmt.Errorf("--fleet-profiles: unknown profile %q (have %s)", p, strings.Join(bench.ProfileNames, ", "))
 		}
 	}
 	if len(c.Steps) == 0 {
@@ -184,10 +178,7 @@ type Goodput struct {
 func Fleet(n int, profiles []string) []Endpoint {
 	eps := make([]Endpoint, n)
 	for i := range eps {
-		p := ProfileFrozen
-		if len(profiles) > 0 {
-			p = profiles[i%len(profiles)]
-		}
+		p := bench.ProfileOf(profiles, i)
 		eps[i] = Endpoint{Index: i, Name: "conformance-" + strconv.Itoa(i),
 			Address: fmt.Sprintf("10.233.%d.%d", i/250, i%250+1), Port: EndpointPort, Profile: p}
 	}
@@ -196,14 +187,12 @@ func Fleet(n int, profiles []string) []Endpoint {
 
 // EngineConfig is endpoint ep's engine configuration in a fleet of size n seeded with seed: the
 // configuration `eppkit bench` gives its fake (bench.FakeConfig of member ep.Index with every
-// adapter of the fleet, bench.SlowProfile for ProfileSlow), through vllm.Config.EngineConfig, on
+// adapter of the fleet and its latency profile, bench.ApplyProfile), through vllm.Config.EngineConfig, on
 // clk.
 func EngineConfig(ep Endpoint, n int, seed int64, kvCacheSize, maxModelLen int, clk *Clock) engine.Config {
 	c := bench.FakeConfig(ep.Index, seed, kvCacheSize, maxModelLen, bench.AdapterNames(n))
 	c.PodName = ep.Name
-	if ep.Profile == ProfileSlow {
-		bench.SlowProfile(&c)
-	}
+	bench.ApplyProfile(&c, ep.Profile)
 	return vllmEngineConfig(c, clk)
 }
 
@@ -536,9 +525,12 @@ func (r *run) result(spec bench.Spec, arrivals []bench.Arrival, wall time.Durati
 	if len(arrivals) > 0 {
 		res.VirtualSeconds -= arrivals[0].At.Seconds()
 	}
+	byName := map[string]string{}
 	for _, ep := range r.env.Endpoints {
 		res.Profiles[ep.Profile]++
+		byName[ep.Name] = ep.Profile
 	}
+	bench.SetEndpointProfiles(br, byName)
 	res.Decisions = decisionCost(r.cpu, r.wall)
 	res.DecisionCPUUs = r.cpu
 	if r.cfg.Goodput.Set() {
@@ -635,33 +627,4 @@ func (h *engineHeap) Pop() any {
 	h.items = h.items[:len(h.items)-1]
 	h.pos[it.engine] = -1
 	return it
-}
-
-// ProfileList parses --profiles: a comma list of profile names cycled over the fleet, or
-// "NAME:COUNT,..." runs ("frozen:3,slow:1" is three frozen endpoints then one slow, repeated).
-// "" means every endpoint frozen.
-func ProfileList(s string) ([]string, error) {
-	var out []string
-	for _, part := range strings.Split(s, ",") {
-		part = strings.TrimSpace(part)
-		if part == "" {
-			continue
-		}
-		name, count, hasCount := strings.Cut(part, ":")
-		n := 1
-		if hasCount {
-			v, err := strconv.Atoi(count)
-			if err != nil || v < 1 || v > MaxFleetSize {
-				return nil, fmt.Errorf("--profiles %q: %q: the count must be a positive integer", s, part)
-			}
-			n = v
-		}
-		if name != ProfileFrozen && name != ProfileSlow {
-			return nil, fmt.Errorf("--profiles %q: unknown profile %q (have %s, %s)", s, name, ProfileFrozen, ProfileSlow)
-		}
-		for range n {
-			out = append(out, name)
-		}
-	}
-	return out, nil
 }

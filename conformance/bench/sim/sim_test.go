@@ -222,9 +222,14 @@ func TestOracleUsesTheCache(t *testing.T) {
 func TestSlowProfileIsSlower(t *testing.T) {
 	const seed = 2
 	cfg := smallConfig(seed, 2, bench.Step{Rate: 2, Duration: 20 * time.Second})
-	cfg.Profiles = []string{ProfileFrozen, ProfileSlow}
+	cfg.Profiles = []string{bench.ProfileDefault, bench.ProfileSlow}
 	res := simulate(t, cfg, NewRoundRobin())
-	if res.Profiles[ProfileFrozen] != 1 || res.Profiles[ProfileSlow] != 1 {
+	for _, e := range res.Endpoints {
+		if want := map[string]string{"conformance-0": bench.ProfileDefault, "conformance-1": bench.ProfileSlow}[e.Name]; e.Profile != want {
+			t.Errorf("per-endpoint row %s: profile %q, want %q", e.Name, e.Profile, want)
+		}
+	}
+	if res.Profiles[bench.ProfileDefault] != 1 || res.Profiles[bench.ProfileSlow] != 1 {
 		t.Fatalf("profiles %v, want one of each", res.Profiles)
 	}
 	var fast, slow []float64
@@ -251,7 +256,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 	}{
 		{func(c *Config) { c.FleetSize = MaxFleetSize + 1 }, "fleet size"},
 		{func(c *Config) { c.RefreshInterval, c.StaleThreshold = time.Second, time.Millisecond }, "--stale-threshold"},
-		{func(c *Config) { c.Profiles = []string{"fast"} }, "--profiles"},
+		{func(c *Config) { c.Profiles = []string{"fast"} }, "--fleet-profiles"},
 		{func(c *Config) { c.Steps = nil }, "rate ladder"},
 		{func(c *Config) { c.Spec.Groups = -1 }, "groups"},
 	} {
@@ -260,12 +265,6 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		if _, err := Run(context.Background(), cfg, NewRoundRobin()); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Run error = %v, want one naming %q", err, tc.want)
 		}
-	}
-	if _, err := ProfileList("frozen:3,slow:0"); err == nil || !strings.Contains(err.Error(), "--profiles") {
-		t.Errorf("ProfileList(frozen:3,slow:0) error = %v", err)
-	}
-	if got, err := ProfileList("frozen:2,slow"); err != nil || !cmp.Equal(got, []string{ProfileFrozen, ProfileFrozen, ProfileSlow}) {
-		t.Errorf("ProfileList(frozen:2,slow) = %v, %v", got, err)
 	}
 }
 
