@@ -22,7 +22,6 @@ type simFlags struct {
 
 func (f *simFlags) register(fl *pflag.FlagSet, defaultRate string, hidden ...string) {
 	f.serveFlags.register(fl, defaultRate)
-	fl.StringVar(&f.o.Goodput, "goodput", "", "SLOs of goodput, as vllm bench serve --goodput: \"ttft:500 tpot:50\" (ms; keys ttft, tpot, e2el)")
 	fl.StringVar(&f.o.ConfigsDir, "configs-dir", filepath.Join("manifests", "epp-configs"), "where the EndpointPickerConfig files of the reference policies are")
 	fl.DurationVar(&f.o.RefreshInterval, "refresh-metrics-interval", sim.DefaultRefreshInterval, "virtual time between two scrapes of an endpoint's metrics (the reference's default)")
 	fl.DurationVar(&f.o.StaleThreshold, "stale-threshold", sim.DefaultStaleThreshold, "metrics older than this are stale for the picker (the reference's default)")

@@ -215,7 +215,12 @@ func Policies(names string, o PolicyOptions) ([]CompareTarget, []string, error) 
 // outside the fakes and the load average, and writes results.json, the vllm_*.json file and the
 // plots under outDir.
 func WriteRun(stdout io.Writer, outDir string, res *Result, o BlockOptions) error {
+	if res.Goodput != nil {
+		g := res.Goodput.PerSecond
+		o.Goodput = &g
+	}
 	PrintServingBlock(stdout, res.Overall, o)
+	PrintGoodput(stdout, res)
 	fmt.Fprintln(stdout)
 	PrintSteps(stdout, res)
 	fmt.Fprintln(stdout)

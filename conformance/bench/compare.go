@@ -56,6 +56,16 @@ type CompareRow struct {
 	MaxSustainedValid      bool    `json:"max_sustained_valid"`
 	MaxSustainedThroughput float64 `json:"max_sustained_throughput"`
 	MaxSustainedRatio      float64 `json:"max_sustained_ratio"`
+	// At the comparison step, with --goodput: good requests/s (-1 without SLOs) and that ÷ the
+	// baseline's (GoodputRatio, -1 when either has none or the baseline's is 0). With an SLO mix:
+	// the interactive class's SLO attainment in [0,1] and p50 TTFT (ms), -1 each without a mix,
+	// and InteractiveP50Reduction = 1 − this p50 ÷ the baseline's (0.3 is 30% lower; negative
+	// is higher), meaningful only when both p50s are known.
+	Goodput                 float64 `json:"goodput"`
+	GoodputRatio            float64 `json:"goodput_ratio"`
+	InteractiveAttainment   float64 `json:"interactive_attainment"`
+	InteractiveP50TTFTMs    float64 `json:"interactive_p50_ttft_ms"`
+	InteractiveP50Reduction float64 `json:"interactive_p50_reduction"`
 }
 
 // Comparison is the outcome of Compare.
@@ -142,9 +152,17 @@ func (c *Comparison) build() {
 		}
 	}
 	for _, r := range c.Results {
-		row := CompareRow{Target: r.Target}
+		row := CompareRow{Target: r.Target, Goodput: -1, GoodputRatio: -1, InteractiveAttainment: -1, InteractiveP50TTFTMs: -1}
 		if c.Step < len(r.Steps) {
 			s := r.Steps[c.Step]
+			if s.Goodput != nil {
+				row.Goodput = s.Goodput.PerSecond
+			}
+			for _, cl := range s.Classes {
+				if cl.Class == ClassInteractive {
+					row.InteractiveAttainment, row.InteractiveP50TTFTMs = cl.Attainment, cl.P50TTFTMs
+				}
+			}
 			row.MeanTTFTMs, row.P50TTFTMs, row.P90TTFTMs = s.Metrics.TTFT.Mean, s.Metrics.TTFT.Median, s.Metrics.TTFT.Percentiles["p90"]
 			row.OutputThroughput, row.Failed, row.CPUPercent, row.Valid = s.Metrics.OutputThroughput, s.Metrics.Failed, s.CPUPercent, s.Valid
 			row.CachedFraction, row.OracleRatio, row.EngineTTFTMs = s.Metrics.CachedTokenFraction, s.OracleRatio, s.EngineTTFTMs
@@ -171,6 +189,13 @@ func (c *Comparison) build() {
 		if b.MaxSustainedThroughput > 0 {
 			r.MaxSustainedRatio = r.MaxSustainedThroughput / b.MaxSustainedThroughput
 		}
+		if b.Goodput > 0 && r.Goodput >= 0 {
+			r.GoodputRatio = r.Goodput / b.Goodput
+		}
+		r.InteractiveP50Reduction = 0
+		if b.InteractiveP50TTFTMs > 0 && r.InteractiveP50TTFTMs >= 0 {
+			r.InteractiveP50Reduction = 1 - r.InteractiveP50TTFTMs/b.InteractiveP50TTFTMs
+		}
 	}
 }
 
@@ -195,6 +220,7 @@ func PrintComparison(w io.Writer, c *Comparison) {
 			yesNo(r.Valid), r.MaxSustainedRate, yesNo(r.MaxSustainedValid), r.MaxSustainedP50TTFTMs, r.MaxSustainedThroughput, r.MaxSustainedRatio)
 	}
 	_ = tw.Flush()
+	printGoodputComparison(w, c)
 	for name, why := range c.Skipped {
 		fmt.Fprintf(w, "skipped %s: %s\n", name, why)
 	}
@@ -211,4 +237,38 @@ func (c *Comparison) InterruptionLine() string {
 	}
 	return fmt.Sprintf("INTERRUPTED (Ctrl-C or SIGTERM) during %s: not run: %s; the table covers only the %d policies that finished",
 		c.InterruptedDuring, strings.Join(c.NotRun, ", "), len(c.Results))
+}
+
+// printGoodputComparison writes the goodput and SLO-attainment table of the comparison step
+// when the runs had --goodput or an SLO mix: ratios against the baseline (the first policy).
+func printGoodputComparison(w io.Writer, c *Comparison) {
+	shown := false
+	for _, r := range c.Rows {
+		shown = shown || r.Goodput >= 0 || r.InteractiveAttainment >= 0
+	}
+	if !shown {
+		return
+	}
+	slos := ""
+	if g := c.Results[0].Goodput; g != nil {
+		slos = " (--goodput " + g.SLOs.String() + ")"
+	}
+	fmt.Fprintf(w, "\nGoodput%s and the interactive class's SLO attainment at step %d; ratios against %s:\n", slos, c.Step, c.Results[0].Target)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "policy\tgoodput (req/s)\tgoodput ratio\tinteractive SLO attainment\tinteractive p50 TTFT (ms)\tp50 lower by\t")
+	num := func(v float64, f string) string {
+		if v < 0 {
+			return "n/a"
+		}
+		return fmt.Sprintf(f, v)
+	}
+	for _, r := range c.Rows {
+		red := "n/a"
+		if r.InteractiveP50TTFTMs >= 0 && c.Rows[0].InteractiveP50TTFTMs > 0 {
+			red = fmt.Sprintf("%.1f%%", 100*r.InteractiveP50Reduction)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", r.Target, num(r.Goodput, "%.2f"), num(r.GoodputRatio, "%.2fx"),
+			num(100*r.InteractiveAttainment, "%.1f%%"), num(r.InteractiveP50TTFTMs, "%.1f"), red)
+	}
+	_ = tw.Flush()
 }

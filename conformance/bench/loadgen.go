@@ -42,6 +42,8 @@ type Outcome struct {
 	Error  string `json:"error,omitempty"`
 	// Endpoint is the serving pod (x-inference-pod), "" when unknown.
 	Endpoint string `json:"endpoint,omitempty"`
+	// SLO is the request's SLO (Request.SLO): nil for a batch request.
+	SLO *SLOs `json:"slo,omitempty"`
 }
 
 // OK reports whether the request completed with status 200 and at least one token.
@@ -220,7 +222,7 @@ func CompletionBody(r *Request, baseModel string) []byte {
 // sendOne sends r and fills o.
 func sendOne(ctx context.Context, client *http.Client, cfg LoadConfig, r *Request, start time.Time, o *Outcome) {
 	body := CompletionBody(r, cfg.Model)
-	o.PromptTokens = r.PromptTokens
+	o.PromptTokens, o.SLO = r.PromptTokens, r.SLO
 	rctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(rctx, http.MethodPost, strings.TrimRight(cfg.BaseURL, "/")+"/v1/completions", bytes.NewReader(body))
@@ -229,6 +231,9 @@ func sendOne(ctx context.Context, client *http.Client, cfg LoadConfig, r *Reques
 		return
 	}
 	req.Header.Set("Content-Type", "application/json")
+	for k, v := range r.Headers() {
+		req.Header.Set(k, v)
+	}
 	sent := time.Now()
 	o.SentMs = ms(sent.Sub(start))
 	resp, err := client.Do(req)

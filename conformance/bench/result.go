@@ -137,6 +137,9 @@ type StepResult struct {
 	// DurationS is the step's arrival window (s).
 	DurationS float64 `json:"duration_s"`
 	Metrics   Metrics `json:"metrics"`
+	// Goodput and Classes are the step's goodput and per-class SLO attainment (SetGoodput).
+	Goodput *GoodputResult `json:"goodput,omitempty"`
+	Classes []ClassResult  `json:"slo_classes,omitempty"`
 	// CPUPercent is the machine's total CPU use during the arrival window (% of all cores), -1
 	// when unknown; Valid is CPUPercent < MaxValidCPUPercent.
 	CPUPercent float64 `json:"cpu_percent"`
@@ -193,6 +196,10 @@ type Result struct {
 	// Overall is over the whole run.
 	Overall   Metrics       `json:"overall"`
 	Endpoints []EndpointRow `json:"endpoints"`
+	// Goodput is the run's goodput under the --goodput SLOs (nil without them); Classes the SLO
+	// attainment of each request class of an SLO mix (nil without one). SetGoodput fills both.
+	Goodput *GoodputResult `json:"goodput,omitempty"`
+	Classes []ClassResult  `json:"slo_classes,omitempty"`
 	// Oracle is the TTFT lower bound for this run's requests; OracleRatio is mean TTFT ÷ its mean.
 	Oracle      *Oracle `json:"oracle,omitempty"`
 	OracleRatio float64 `json:"oracle_ratio,omitempty"`
@@ -207,6 +214,24 @@ type Result struct {
 	// Outcomes and Samples are the raw data.
 	Outcomes []Outcome `json:"outcomes"`
 	Samples  []Sample  `json:"samples"`
+}
+
+// SetGoodput computes r's goodput under the SLOs s (vLLM's --goodput) and the per-class SLO
+// attainment (SLOClasses), over the run and per step; each goodput is good requests ÷ that
+// window's Metrics.DurationS, as vLLM's request_goodput.
+func SetGoodput(r *Result, s SLOs) {
+	r.Goodput = ComputeGoodput(r.Outcomes, s, r.Overall.DurationS)
+	r.Classes = SLOClasses(r.Outcomes, s)
+	for i := range r.Steps {
+		var outs []Outcome
+		for _, o := range r.Outcomes {
+			if o.Step == r.Steps[i].Index {
+				outs = append(outs, o)
+			}
+		}
+		r.Steps[i].Goodput = ComputeGoodput(outs, s, r.Steps[i].Metrics.DurationS)
+		r.Steps[i].Classes = SLOClasses(outs, s)
+	}
 }
 
 // BuildResult computes the per-step and per-endpoint results of a load run.

@@ -25,6 +25,8 @@ type RunConfig struct {
 	MaxConcurrency int
 	// Percentiles are extra percentiles for the metrics (vLLM's --metric-percentiles).
 	Percentiles []float64
+	// Goodput are the SLOs of goodput (vLLM's --goodput); none set means no goodput.
+	Goodput SLOs
 	// Progress receives the progress bar; nil shows none.
 	Progress io.Writer
 	Logger   *slog.Logger
@@ -99,6 +101,7 @@ func Run(ctx context.Context, cfg RunConfig) (*Result, error) {
 	}
 	r := BuildResult(cfg.Env.Name, cfg.Spec, cfg.Steps, load, cfg.Percentiles)
 	SetEndpointProfiles(r, env.Profiles)
+	SetGoodput(r, cfg.Goodput)
 	r.Burstiness, r.MaxConcurrency, r.StartedAt = cfg.Burstiness, cfg.MaxConcurrency, started
 	r.LoadAvgStart, r.LoadAvgEnd = loadStart, LoadAverage()
 	o := plan.Oracle

@@ -44,6 +44,13 @@ type ServeOptions struct {
 	Groups, PromptsPerGroup, SystemPromptLen, QuestionLen int
 	MultiTurn                                             bool
 	NumPrefixes, PrefixLen, SuffixLen                     int
+	// Goodput are the SLOs of goodput, as vllm bench serve --goodput ("ttft:500 tpot:50";
+	// ParseGoodput).
+	Goodput string
+	// SLOFraction is the share of interactive requests, which carry SLO as SLO headers
+	// (--slo-fraction, --slo "ttft:300 tpot:40"; Spec.SLOFraction); the rest are batch.
+	SLOFraction float64
+	SLO         string
 	// PercentileMetrics ("ttft,tpot,itl,e2el") and MetricPercentiles ("90,99") shape the result
 	// block (--percentile-metrics, --metric-percentiles).
 	PercentileMetrics, MetricPercentiles string
@@ -96,6 +103,20 @@ func (f *ServeOptions) spec(n int) (Spec, error) {
 	}
 	s.MultiTurn = f.MultiTurn
 	s.Path = f.DatasetPath
+	slo, err := ParseGoodput(f.SLO)
+	if err != nil {
+		return s, fmt.Errorf("--slo: %w", err)
+	}
+	if f.SLOFraction < 0 || f.SLOFraction > 1 {
+		return s, fmt.Errorf("--slo-fraction must be in [0,1], got %v", f.SLOFraction)
+	}
+	if f.SLOFraction > 0 && !slo.Set() {
+		return s, fmt.Errorf("--slo-fraction %v needs --slo (\"ttft:300 tpot:40\")", f.SLOFraction)
+	}
+	if slo.E2ELMs > 0 {
+		return s, fmt.Errorf("--slo %q: e2el has no request header; use ttft and tpot", f.SLO)
+	}
+	s.SLOFraction, s.SLO = f.SLOFraction, slo
 	if f.Workload == WorkloadMultiLoRA {
 		s.Adapters = AdapterNames(n)
 	}
@@ -125,6 +146,10 @@ func (f *ServeOptions) RunConfig(stderr io.Writer) (RunConfig, error) {
 	if f.MaxConcurrency < 0 {
 		return rc, fmt.Errorf("--max-concurrency must not be negative, got %d", f.MaxConcurrency)
 	}
+	goodput, err := ParseGoodput(f.Goodput)
+	if err != nil {
+		return rc, err
+	}
 	pcts, err := parsePercentiles(f.MetricPercentiles)
 	if err != nil {
 		return rc, err
@@ -136,7 +161,7 @@ func (f *ServeOptions) RunConfig(stderr io.Writer) (RunConfig, error) {
 			return rc, fmt.Errorf("--percentile-metrics: unknown metric %q (have ttft, tpot, itl, e2el)", m)
 		}
 	}
-	rc = RunConfig{Spec: spec, Steps: steps, Burstiness: f.Burstiness, MaxConcurrency: f.MaxConcurrency, Percentiles: pcts,
+	rc = RunConfig{Spec: spec, Steps: steps, Burstiness: f.Burstiness, MaxConcurrency: f.MaxConcurrency, Percentiles: pcts, Goodput: goodput,
 		Env: EnvConfig{Seed: f.Seed, FleetSize: n, Profiles: profiles, KVCacheSize: f.KVCacheSize, MaxModelLen: f.MaxModelLen}}
 	if f.WorkloadFile != "" {
 		if rc.Requests, err = ReadJSONLFile(f.WorkloadFile); err != nil {

@@ -38,7 +38,50 @@ type Request struct {
 	Model string `json:"model,omitempty"`
 	// Group is the shared-prefix group (shared-prefix, prefix-repetition), else -1.
 	Group int `json:"group"`
+	// SLO, when set, marks an interactive request: the load generator sends its objectives as
+	// the x-slo-ttft-ms and x-slo-tpot-ms headers (SPEC §5's latency SLO headers) and the result
+	// reports its class's SLO attainment. nil is a batch request without SLOs.
+	SLO *SLOs `json:"slo,omitempty"`
 }
+
+// Request classes of an SLO mix (Spec.SLOFraction).
+const (
+	// ClassInteractive is the requests that carry SLO headers.
+	ClassInteractive = "interactive"
+	// ClassBatch is the requests without SLOs.
+	ClassBatch = "batch"
+)
+
+// Class is the request's class: ClassInteractive with an SLO, else ClassBatch.
+func (r *Request) Class() string {
+	if r.SLO != nil {
+		return ClassInteractive
+	}
+	return ClassBatch
+}
+
+// Headers are the request headers the load generator adds for r: x-slo-ttft-ms and
+// x-slo-tpot-ms with its SLO's objectives in milliseconds (only those set), none for a batch
+// request. The fleet simulation hands the same headers to the EPP it drives.
+func (r *Request) Headers() map[string]string {
+	if r.SLO == nil {
+		return nil
+	}
+	h := map[string]string{}
+	if r.SLO.TTFTMs > 0 {
+		h[HeaderTTFTSLO] = trimFloat(r.SLO.TTFTMs)
+	}
+	if r.SLO.TPOTMs > 0 {
+		h[HeaderTPOTSLO] = trimFloat(r.SLO.TPOTMs)
+	}
+	return h
+}
+
+// The latency SLO request headers (SPEC §5; GIE's predicted-latency plugins read the same names).
+const (
+	HeaderTTFTSLO = "x-slo-ttft-ms"
+	HeaderTPOTSLO = "x-slo-tpot-ms"
+)
 
 // Workload names.
 const (
@@ -99,6 +142,13 @@ type Spec struct {
 	// first gpt turn's length in words is the output length (capped by MaxOutputLen).
 	Path         string `json:"path,omitempty"`
 	MaxOutputLen int    `json:"max_output_len,omitempty"`
+
+	// Any workload: SLOFraction of the requests (each drawn independently, from a random stream
+	// of its own so that the prompts do not change with the mix) are interactive and carry SLO
+	// (only its ttft and tpot objectives: they are the ones with request headers); the rest are
+	// batch requests without SLOs. 0 (the default) is every request batch.
+	SLOFraction float64 `json:"slo_fraction,omitempty"`
+	SLO         SLOs    `json:"slo,omitempty"`
 }
 
 // DefaultSpec returns the defaults of workload name.
@@ -160,6 +210,15 @@ func (s Spec) Validate() error {
 			return fmt.Errorf("workload %s: %s must be at most %d, got %d", s.Name, name, 1<<20, v)
 		}
 		return nil
+	}
+	if s.SLOFraction < 0 || s.SLOFraction > 1 || math.IsNaN(s.SLOFraction) {
+		return fmt.Errorf("workload %s: slo_fraction must be in [0,1], got %v", s.Name, s.SLOFraction)
+	}
+	if s.SLOFraction > 0 && s.SLO.TTFTMs <= 0 && s.SLO.TPOTMs <= 0 {
+		return fmt.Errorf("workload %s: slo_fraction %v needs an slo with ttft or tpot (the objectives that have request headers)", s.Name, s.SLOFraction)
+	}
+	if s.SLO.E2ELMs > 0 {
+		return fmt.Errorf("workload %s: slo: e2el has no request header; use ttft and tpot", s.Name)
 	}
 	switch s.Name {
 	case WorkloadRandom, WorkloadMultiLoRA:
@@ -228,6 +287,8 @@ type Generator struct {
 	rng  *rand.Rand
 	n    int
 	next func() Request
+	// sloRNG draws the SLO mix apart from rng, so the prompts are the same with any mix.
+	sloRNG *rand.Rand
 
 	// shared-prefix
 	systems      []string
@@ -249,7 +310,8 @@ func NewGenerator(spec Spec) (*Generator, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
-	g := &Generator{spec: spec, rng: rand.New(rand.NewPCG(uint64(spec.Seed), 0x6570706b6974))} // "eppkit"
+	g := &Generator{spec: spec, rng: rand.New(rand.NewPCG(uint64(spec.Seed), 0x6570706b6974)), // "eppkit"
+		sloRNG: rand.New(rand.NewPCG(uint64(spec.Seed), 0x736c6f))} // "slo"
 	switch spec.Name {
 	case WorkloadRandom, WorkloadMultiLoRA:
 		g.next = g.nextRandom
@@ -281,6 +343,11 @@ func (g *Generator) Next() Request {
 	r := g.next()
 	r.ID = g.n
 	g.n++
+	r.SLO = nil
+	if g.spec.SLOFraction > 0 && g.sloRNG.Float64() < g.spec.SLOFraction {
+		slo := g.spec.SLO
+		r.SLO = &slo
+	}
 	return r
 }
 
@@ -401,6 +468,9 @@ func ReadJSONL(r io.Reader) ([]Request, error) {
 		}
 		if req.OutputTokens < 1 {
 			return nil, fmt.Errorf("workload JSONL line %d: output_tokens must be at least 1, got %d", line, req.OutputTokens)
+		}
+		if req.SLO != nil && (req.SLO.E2ELMs != 0 || !(req.SLO.TTFTMs > 0 || req.SLO.TPOTMs > 0) || req.SLO.TTFTMs < 0 || req.SLO.TPOTMs < 0) {
+			return nil, fmt.Errorf("workload JSONL line %d: slo needs a positive ttft_ms or tpot_ms and no e2el_ms (only those have request headers), got %+v", line, *req.SLO)
 		}
 		if req.PromptTokens <= 0 {
 			req.PromptTokens = CountTokens(req.Prompt)

@@ -217,7 +217,8 @@ func TestSpecValidateNamesTheField(t *testing.T) {
 }
 
 func TestJSONLRoundTripAndErrors(t *testing.T) {
-	reqs, err := Generate(Spec{Name: WorkloadMultiLoRA, Seed: 2, Adapters: []string{"a", ""}, InputLen: 10, OutputLen: 3}, 7)
+	reqs, err := Generate(Spec{Name: WorkloadMultiLoRA, Seed: 2, Adapters: []string{"a", ""}, InputLen: 10, OutputLen: 3,
+		SLOFraction: 0.5, SLO: SLOs{TTFTMs: 300}}, 7)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,6 +238,8 @@ func TestJSONLRoundTripAndErrors(t *testing.T) {
 		{"\n" + `{"prompt":"","output_tokens":3}`, "line 2: prompt"},
 		{`{"prompt":"x","output_tokens":3,"bogus":1}`, "line 1"},
 		{`not json`, "line 1"},
+		{`{"prompt":"x","output_tokens":3,"slo":{"e2el_ms":5}}`, "line 1: slo needs a positive ttft_ms or tpot_ms"},
+		{`{"prompt":"x","output_tokens":3,"slo":{}}`, "line 1: slo needs"},
 	} {
 		if _, err := ReadJSONL(strings.NewReader(tc.in)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: err %v, want one containing %q", tc.in, err, tc.want)

@@ -163,19 +163,23 @@ func (p *Picker) Close() {
 // Scraped stores endpoint i's scrape.
 func (p *Picker) Scraped(i int, s engine.Stats) { p.metrics.store(i, s) }
 
-// requestHeaders are the headers the gateway stand-in sends over ext_proc for a load-generator
-// request (fakes/gateway eppRequestHeaders): pseudo-headers, the client's Content-Type, and
-// content-length.
-func requestHeaders(bodyLen int) map[string]string {
-	return map[string]string{":authority": "127.0.0.1", ":path": "/v1/completions", ":method": "POST", ":scheme": "http",
-		"content-type": "application/json", "content-length": strconv.Itoa(bodyLen)}
+// requestHeaders are the headers the gateway stand-in sends over ext_proc for load-generator
+// request r (fakes/gateway eppRequestHeaders): pseudo-headers, the client's Content-Type,
+// content-length, and the request's own headers (its SLO headers, bench.Request.Headers).
+func requestHeaders(r *sim.Request) map[string]string {
+	h := map[string]string{":authority": "127.0.0.1", ":path": "/v1/completions", ":method": "POST", ":scheme": "http",
+		"content-type": "application/json", "content-length": strconv.Itoa(len(r.Body))}
+	for k, v := range r.Headers() {
+		h[k] = v
+	}
+	return h
 }
 
 // Pick runs the request through the director (PrepareData, admission, scheduling, PreRequest)
 // and returns the primary target. A refusal is a *sim.RefusedError with director.StatusFor's
 // status.
 func (p *Picker) Pick(r *sim.Request) (int, sim.Flight, error) {
-	res, err := p.d.HandleRequest(p.ctx, &director.Input{Headers: requestHeaders(len(r.Body)), Body: r.Body})
+	res, err := p.d.HandleRequest(p.ctx, &director.Input{Headers: requestHeaders(r), Body: r.Body})
 	if err != nil {
 		return 0, nil, &sim.RefusedError{Status: director.StatusFor(err), Err: err}
 	}

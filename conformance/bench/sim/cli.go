@@ -40,8 +40,6 @@ type ReferencePicker func(name, configFile string) (Picker, error)
 // of the real bench that the simulation does not model (--max-concurrency) are refused.
 type Options struct {
 	bench.ServeOptions
-	// Goodput are the SLOs of goodput, as vllm bench serve --goodput ("ttft:500 tpot:50").
-	Goodput string
 	// ConfigsDir holds the reference policies' EndpointPickerConfig files (--configs-dir).
 	ConfigsDir string
 	// RefreshInterval is the virtual time between two scrapes of an endpoint
@@ -87,16 +85,12 @@ func (o *Options) Config(stderr io.Writer) (Config, error) {
 	if o.Workload == bench.WorkloadMultiLoRA {
 		rc.Spec.Adapters = bench.AdapterNames(o.FleetSize)
 	}
-	slo, err := bench.ParseGoodput(o.Goodput)
-	if err != nil {
-		return c, badOptions("%v", err)
-	}
 	if o.StaleThreshold < o.RefreshInterval {
 		return c, badOptions("--stale-threshold must be ≥ --refresh-metrics-interval (got %v < %v)", o.StaleThreshold, o.RefreshInterval)
 	}
 	c = Config{Spec: rc.Spec, Requests: rc.Requests, Steps: rc.Steps, Burstiness: o.Burstiness, Percentiles: rc.Percentiles,
 		FleetSize: o.FleetSize, KVCacheSize: o.KVCacheSize, MaxModelLen: o.MaxModelLen, Profiles: profiles, Seed: o.Seed,
-		RefreshInterval: o.RefreshInterval, StaleThreshold: o.StaleThreshold, Goodput: slo, Progress: rc.Progress}
+		RefreshInterval: o.RefreshInterval, StaleThreshold: o.StaleThreshold, Goodput: rc.Goodput, Progress: rc.Progress}
 	return c, nil
 }
 

@@ -35,10 +35,7 @@ func PrintResult(w io.Writer, r *Result, o bench.BlockOptions) {
 		o.Goodput = &g
 	}
 	bench.PrintServingBlock(w, r.Overall, o)
-	if r.Goodput != nil {
-		fmt.Fprintf(w, "goodput (SLOs %s): %d of %d requests (%.1f%%), %.2f req/s\n", r.Goodput.SLOs, r.Goodput.Good,
-			len(r.Outcomes), 100*r.Goodput.Fraction, r.Goodput.PerSecond)
-	}
+	bench.PrintGoodput(w, r.Result)
 	fmt.Fprintln(w)
 	bench.PrintSteps(w, r.Result)
 	fmt.Fprintln(w)

@@ -154,24 +154,12 @@ type Result struct {
 	// in arrival order.
 	Decisions     DecisionCost `json:"decisions"`
 	DecisionCPUUs []float64    `json:"-"`
-	// Goodput is the SLOs, the good requests and good requests per second (bench.Goodput) over
-	// the run, nil without SLOs.
-	Goodput *Goodput `json:"goodput,omitempty"`
 	// VirtualSeconds is the simulated time from the first arrival to the last token; WallSeconds
 	// the real time the simulation took; Events the events it processed (arrivals, token due
 	// times, scrapes, samples).
 	VirtualSeconds float64 `json:"virtual_seconds"`
 	WallSeconds    float64 `json:"wall_seconds"`
 	Events         int64   `json:"events"`
-}
-
-// Goodput is a run's goodput.
-type Goodput struct {
-	SLOs      bench.SLOs `json:"slos"`
-	Good      int        `json:"good"`
-	PerSecond float64    `json:"per_second"`
-	// Fraction is Good ÷ every request of the run, in [0,1].
-	Fraction float64 `json:"fraction"`
 }
 
 // Fleet returns the simulated endpoints of a fleet of size n with profiles cycled (nil: frozen).
@@ -451,7 +439,7 @@ func (r *run) token(s *engine.Sequence, ev engine.Event) {
 // arrive routes and submits request req (arrival ai).
 func (r *run) arrive(ai int, a bench.Arrival, req bench.Request) {
 	o := &r.outcomes[ai]
-	o.ID, o.Step, o.ScheduledMs, o.SentMs, o.PromptTokens = req.ID, a.Step, ms(a.At), ms(r.clock.Elapsed()), req.PromptTokens
+	o.ID, o.Step, o.ScheduledMs, o.SentMs, o.PromptTokens, o.SLO = req.ID, a.Step, ms(a.At), ms(r.clock.Elapsed()), req.PromptTokens, req.SLO
 	o.ITLMs = make([]float64, 0, max(req.OutputTokens-1, 0))
 	sr := &Request{Request: req, Body: bench.CompletionBody(&req, r.env.BaseModel), Arrival: ai}
 
@@ -533,13 +521,7 @@ func (r *run) result(spec bench.Spec, arrivals []bench.Arrival, wall time.Durati
 	bench.SetEndpointProfiles(br, byName)
 	res.Decisions = decisionCost(r.cpu, r.wall)
 	res.DecisionCPUUs = r.cpu
-	if r.cfg.Goodput.Set() {
-		good, rate := bench.Goodput(r.outcomes, r.cfg.Goodput, br.Overall.DurationS)
-		res.Goodput = &Goodput{SLOs: r.cfg.Goodput, Good: good, PerSecond: rate}
-		if len(r.outcomes) > 0 {
-			res.Goodput.Fraction = float64(good) / float64(len(r.outcomes))
-		}
-	}
+	bench.SetGoodput(br, r.cfg.Goodput)
 	return res
 }
 
