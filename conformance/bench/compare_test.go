@@ -47,12 +47,10 @@ func TestCompareInterrupted(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a fleet")
 	}
-	spec := Spec{Name: WorkloadSharedPrefix, Seed: 21, Groups: 2, PromptsPerGroup: 2, SystemPromptLen: 64, QuestionLen: 8, OutputLen: 4}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	log := &cancelonwrite.Writer{Marker: "== second:", Cancel: cancel}
-	c, err := Compare(ctx, RunConfig{Spec: spec, Steps: []Step{{Rate: 4, Duration: 3 * time.Second}},
-		Env: EnvConfig{Seed: 21, FleetSize: 2, KVCacheSize: 1024, MaxModelLen: 1024}},
+	c, err := Compare(ctx, smallRunConfig(21),
 		[]CompareTarget{{Name: TargetRoundRobin}, {Name: "second"}, {Name: "third"}}, log)
 	if !errors.Is(err, context.Canceled) || c == nil {
 		t.Fatalf("seed 21: Compare = %v, %v; want the partial comparison and context.Canceled\nlog:\n%s", c, err, log.String())

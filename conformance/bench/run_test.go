@@ -6,17 +6,33 @@ import (
 	"time"
 )
 
+// smallRunConfig is the tests' small real run with seed: a 2-endpoint fleet of 1,024 blocks and a
+// 1,024-token context, 3 s of a 4-group shared-prefix workload (64-token system prompts, 4 output
+// tokens) at 4 req/s, round-robin unless the caller sets a target.
+func smallRunConfig(seed int64) RunConfig {
+	spec := Spec{Name: WorkloadSharedPrefix, Seed: seed, Groups: 2, PromptsPerGroup: 2, SystemPromptLen: 64, QuestionLen: 8, OutputLen: 4}
+	return RunConfig{Spec: spec, Steps: []Step{{Rate: 4, Duration: 3 * time.Second}},
+		Env: EnvConfig{Name: TargetRoundRobin, Seed: seed, FleetSize: 2, KVCacheSize: 1024, MaxModelLen: 1024}}
+}
+
+// lastTokenMs is when o's last token arrived, ms after sending: its TTFT plus every gap.
+func lastTokenMs(o Outcome) float64 {
+	last := o.TTFTMs
+	for _, g := range o.ITLMs {
+		last += g
+	}
+	return last
+}
+
 // TestRunRoundRobinEndToEnd runs the whole pipeline without an EPP: a 2-endpoint fleet with the
 // frozen profile, the round-robin gateway over HTTP, 3 s of shared-prefix traffic at 4 req/s.
 func TestRunRoundRobinEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a fleet")
 	}
-	spec := Spec{Name: WorkloadSharedPrefix, Seed: 21, Groups: 2, PromptsPerGroup: 2, SystemPromptLen: 64, QuestionLen: 8, OutputLen: 4}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	r, err := Run(ctx, RunConfig{Spec: spec, Steps: []Step{{Rate: 4, Duration: 3 * time.Second}},
-		Env: EnvConfig{Name: TargetRoundRobin, Seed: 21, FleetSize: 2, KVCacheSize: 1024, MaxModelLen: 1024}})
+	r, err := Run(ctx, smallRunConfig(21))
 	if err != nil {
 		t.Fatalf("seed 21: %v", err)
 	}
@@ -32,11 +48,7 @@ func TestRunRoundRobinEndToEnd(t *testing.T) {
 	// jitter clamp). Client-side gaps themselves are not asserted: a starved client reads several
 	// chunks at once (vLLM's client sees the same).
 	for _, o := range r.Outcomes {
-		last := o.TTFTMs
-		for _, g := range o.ITLMs {
-			last += g
-		}
-		if o.TTFTMs < 30 || last < 30+3*3.6 {
+		if last := lastTokenMs(o); o.TTFTMs < 30 || last < 30+3*3.6 {
 			t.Fatalf("seed 21 request %d: TTFT %.1f ms, last token at %.1f ms; the fake cannot be faster than 30 and %.1f ms",
 				o.ID, o.TTFTMs, last, 30+3*3.6)
 		}
@@ -69,12 +81,11 @@ func TestRunHeterogeneousFleet(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a fleet")
 	}
-	spec := Spec{Name: WorkloadSharedPrefix, Seed: 22, Groups: 2, PromptsPerGroup: 2, SystemPromptLen: 64, QuestionLen: 8, OutputLen: 4}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	r, err := Run(ctx, RunConfig{Spec: spec, Steps: []Step{{Rate: 4, Duration: 3 * time.Second}},
-		Env: EnvConfig{Name: TargetRoundRobin, Seed: 22, FleetSize: 2, Profiles: []string{ProfileDefault, ProfileSlow},
-			KVCacheSize: 1024, MaxModelLen: 1024}})
+	cfg := smallRunConfig(22)
+	cfg.Env.Profiles = []string{ProfileDefault, ProfileSlow}
+	r, err := Run(ctx, cfg)
 	if err != nil {
 		t.Fatalf("seed 22: %v", err)
 	}
@@ -90,11 +101,7 @@ func TestRunHeterogeneousFleet(t *testing.T) {
 			continue
 		}
 		slow++
-		last := o.TTFTMs
-		for _, g := range o.ITLMs {
-			last += g
-		}
-		if o.TTFTMs < 60 || last < 60+3*7.2 {
+		if last := lastTokenMs(o); o.TTFTMs < 60 || last < 60+3*7.2 {
 			t.Errorf("seed 22 request %d on the slow endpoint: TTFT %.1f ms, last token at %.1f ms; the slow profile cannot be faster than 60 and %.1f ms",
 				o.ID, o.TTFTMs, last, 60+3*7.2)
 		}
