@@ -25,8 +25,8 @@ func newBenchCompareCommand() *cobra.Command {
 		Use:   "compare",
 		Short: "Run one workload against several routing policies, each on a fresh fleet, and compare them",
 		Long: `Run the same workload and arrivals against several policies in turn, each on a fresh fake vLLM
-fleet with the frozen latency profile (SPEC §7), and print one table with ratios against
-round-robin (the gateway stand-in without an EPP) at the highest ladder step round-robin sustains
+fleet with the frozen latency profile (SPEC §7; --fleet-profiles mixes in the slow one), and print
+one table with ratios against round-robin (the gateway stand-in without an EPP) at the highest ladder step round-robin sustains
 (0 failed requests, median queue ≤ 2, machine CPU < 80%), plus each policy's mean TTFT against the
 oracle bound.
 

@@ -96,9 +96,9 @@ func setupServingBench(cmd *cobra.Command) {
 	cmd.Long = `Serving benchmarks of endpoint pickers.
 
 Without a subcommand: send a workload open-loop through the gateway stand-in to a fresh fake vLLM
-fleet with the frozen latency profile (SPEC §7) behind one target EPP, and print the result in the
-layout of vllm bench serve, the rate-ladder table and the per-endpoint table; the JSON result and
-plots go to --output-dir.
+fleet with the frozen latency profile (SPEC §7; --fleet-profiles mixes in the slow one) behind one
+target EPP, and print the result in the layout of vllm bench serve, the rate-ladder table and the
+per-endpoint table; the JSON result and plots go to --output-dir.
 
 Targets: reference (this binary's reference-epp; --config-file picks an EndpointPickerConfig),
 round-robin (the gateway without an EPP), command (--command template, as in eppkit conformance),

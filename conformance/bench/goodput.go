@@ -23,20 +23,24 @@ type SLOs struct {
 // ParseGoodput parses --goodput: KEY:VALUE pairs separated by spaces or commas ("ttft:500
 // tpot:50"), keys ttft, tpot and e2el, values positive milliseconds, each key at most once. ""
 // gives no SLO. Errors name --goodput and the pair.
-func ParseGoodput(s string) (SLOs, error) {
+func ParseGoodput(s string) (SLOs, error) { return ParseSLOs("--goodput", s) }
+
+// ParseSLOs parses SLOs in --goodput's form given to flag (--goodput, --slo); errors name flag
+// and the pair.
+func ParseSLOs(flag, s string) (SLOs, error) {
 	var out SLOs
 	seen := map[string]bool{}
 	for _, pair := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' }) {
 		key, val, ok := strings.Cut(pair, ":")
 		if !ok {
-			return SLOs{}, fmt.Errorf("--goodput %q: %q is not KEY:VALUE (keys ttft, tpot, e2el; values in ms)", s, pair)
+			return SLOs{}, fmt.Errorf("%s %q: %q is not KEY:VALUE (keys ttft, tpot, e2el; values in ms)", flag, s, pair)
 		}
 		v, err := strconv.ParseFloat(val, 64)
 		if err != nil || !(v > 0) || math.IsInf(v, 0) {
-			return SLOs{}, fmt.Errorf("--goodput %q: %s must be a positive number of milliseconds, got %q", s, key, val)
+			return SLOs{}, fmt.Errorf("%s %q: %s must be a positive number of milliseconds, got %q", flag, s, key, val)
 		}
 		if seen[key] {
-			return SLOs{}, fmt.Errorf("--goodput %q: %s given twice", s, key)
+			return SLOs{}, fmt.Errorf("%s %q: %s given twice", flag, s, key)
 		}
 		seen[key] = true
 		switch key {
@@ -47,7 +51,7 @@ func ParseGoodput(s string) (SLOs, error) {
 		case "e2el":
 			out.E2ELMs = v
 		default:
-			return SLOs{}, fmt.Errorf("--goodput %q: unknown metric %q (have ttft, tpot, e2el)", s, key)
+			return SLOs{}, fmt.Errorf("%s %q: unknown metric %q (have ttft, tpot, e2el)", flag, s, key)
 		}
 	}
 	return out, nil

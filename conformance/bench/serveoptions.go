@@ -103,9 +103,9 @@ func (f *ServeOptions) spec(n int) (Spec, error) {
 	}
 	s.MultiTurn = f.MultiTurn
 	s.Path = f.DatasetPath
-	slo, err := ParseGoodput(f.SLO)
+	slo, err := ParseSLOs("--slo", f.SLO)
 	if err != nil {
-		return s, fmt.Errorf("--slo: %w", err)
+		return s, err
 	}
 	if f.SLOFraction < 0 || f.SLOFraction > 1 {
 		return s, fmt.Errorf("--slo-fraction must be in [0,1], got %v", f.SLOFraction)
