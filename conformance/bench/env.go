@@ -102,7 +102,7 @@ type EnvConfig struct {
 	Logger *slog.Logger
 }
 
-// Env is a running benchmark environment: the fake fleet with the frozen profile, the gateway
+// Env is a running benchmark environment: the fake fleet (each endpoint with its profile), the gateway
 // in front of it (the harness's, in strict mode before a target EPP, or a round-robin gateway
 // without one), served over HTTP.
 type Env struct {
@@ -120,9 +120,9 @@ type Env struct {
 	rr       *gateway.Gateway // the round-robin gateway when Suite is nil
 }
 
-// StartEnv starts the fleet (each endpoint with its latency profile and the bench's sizing), then either the harness
-// around cfg.Target (harness.Start, with this fleet as its pool) or, without a target, a
-// round-robin gateway, and serves the gateway over HTTP. Errors are the harness's
+// StartEnv starts the fleet (each endpoint with its latency profile and the bench's sizing),
+// then either the harness around cfg.Target (harness.Start, with this fleet as its pool) or,
+// without a target, a round-robin gateway, and serves the gateway over HTTP. Errors are the harness's
 // (*harness.Error) or the fleet's, gateway's and listener's.
 func StartEnv(ctx context.Context, cfg EnvConfig) (e *Env, err error) {
 	if cfg.FleetSize == 0 {
