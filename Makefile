@@ -59,12 +59,13 @@ conformance: build
 		--version $(VERSION) --contact https://github.com/eppkit/eppkit/issues $(CONFORMANCE_FLAGS)
 
 ## tools: build every pinned upstream binary of tools/ that the tests and .ci/run use into
-# ${XDG_CACHE_HOME:-~/.cache}/eppkit/ (see docs/tools.md): kube-apiserver, etcd,
-# kube-controller-manager, kube-scheduler and the node binaries v1.37.2, the GIE v1.5.0 CRDs and
+# ${XDG_CACHE_HOME:-~/.cache}/eppkit/ (see docs/tools.md): kube-apiserver and etcd v1.37.2 (with
+# --all also the kind node image's control-plane and node binaries), the GIE v1.5.0 CRDs and
 # upstream EPP, GIE v1.6.0's lwepp, llm-d-inference-sim v0.10.2 and llm-d-inference-scheduler
 # v0.7.1. Cached by version: a second run only prints the paths. A cold build takes about an hour
 # on an idle 2-core machine (the simulator about 40 minutes of it); TOOLS_FLAGS=--p=1 lowers peak
-# memory. The kind node image is built apart (`eppkit tools build kind-node`, make e2e PROVIDER=kind).
+# memory. The kind node image itself is built apart (`eppkit tools build kind-node`: it needs a
+# container engine and Debian's debootstrap).
 TOOLS_FLAGS ?=
 tools: build
 	./bin/eppkit tools build k8s --all $(TOOLS_FLAGS)
@@ -276,34 +277,28 @@ interop-llmd-router-probe:
 # reports/interop/upstream-epp-v1.5.0/); exits 0 when it fails exactly its explained tests.
 conformance-upstream: interop-upstream-epp-v1.5.0
 
-## e2e: the cluster end-to-end suite (suites/e2e) on PROVIDER. PROVIDER=kind checks the engine
-# (hack/container-engine.sh --check: exit 2 with its message when there is none), builds
+## e2e: the cluster end-to-end suite (suites/e2e) on PROVIDER (default kind). kind checks the
+# engine (hack/container-engine.sh --check: exit 2 with its message when there is none), builds
 # eppkit:dev (make image) and runs every spec on a kind cluster (EPPKIT_CLUSTER_NAME, default
 # eppkit-e2e; node image: the pinned kindest/node when it can be had, else the offline one of
-# `eppkit tools build kind-node`; docs/kubernetes.md). PROVIDER=local (the default: etcd, kube-apiserver,
-# kube-controller-manager, kube-scheduler v1.37.2 from tools/ — built once, cached — and the process
-# kubelet; docs/kubelet.md). The local cluster's pod CIDR 198.18.0.0/24 needs one local route
-# (`ip route add local 198.18.0.0/24 dev lo`, added by the provider when it may). The cluster is
-# destroyed after the run; EPPKIT_KEEP_CLUSTER=true keeps it (the next run then reuses it in ~1 s).
-PROVIDER  ?= local
+# `eppkit tools build kind-node`; docs/kubernetes.md). PROVIDER=existing runs it on the current
+# kubeconfig's cluster (EPPKIT_CONTEXT), which must be able to pull eppkit:dev (EPPKIT_E2E_IMAGE
+# names another). The kind cluster is destroyed after the run; EPPKIT_KEEP_CLUSTER=true keeps it
+# (the next run then reuses it in about a second).
+PROVIDER  ?= kind
 E2E_FLAGS ?=
-# The process kubelet's own specs (label local-only) apply to the local provider only.
-E2E_LABELS ?= $(if $(filter local,$(PROVIDER)),e2e,e2e && !local-only)
 e2e: build
-	@if [ "$(PROVIDER)" = local ]; then \
-		./bin/eppkit tools build k8s --all $(TOOLS_FLAGS) && ./bin/eppkit tools build gie --only crds || exit 2; \
-	fi
 	@if [ "$(PROVIDER)" = kind ]; then \
 		hack/container-engine.sh --check >/dev/null || exit 2; \
 		$(MAKE) --no-print-directory image || exit 2; \
 	fi
-	EPPKIT_PROVIDER=$(PROVIDER) EPPKIT_BIN=$(CURDIR)/bin/eppkit EPPKIT_E2E_OUT=$(CURDIR)/out/e2e \
-		$(GINKGO) --label-filter='$(E2E_LABELS)' --output-dir=out/e2e --junit-report=junit.xml $(E2E_FLAGS) ./suites/e2e
+	EPPKIT_PROVIDER=$(PROVIDER) EPPKIT_E2E_OUT=$(CURDIR)/out/e2e \
+		$(GINKGO) --label-filter=e2e --output-dir=out/e2e --junit-report=junit.xml $(E2E_FLAGS) ./suites/e2e
 
 ## e2e-framework: the sigs.k8s.io/e2e-framework example (conformance/cluster/e2eframework) on kind:
 # creates kind cluster eppkit-kind-e2ef, loads eppkit:dev, deploys fleet, pool and the reference
 # EPP, runs the EPP-Routing profile against it (docs/kubernetes.md). Needs what make e2e
-# PROVIDER=kind needs.
+# needs.
 e2e-framework: build
 	hack/container-engine.sh --check >/dev/null || exit 2
 	$(MAKE) --no-print-directory image

@@ -46,8 +46,7 @@ func ConformanceEPPConfig() []byte { return bytes.Clone(conformanceEPPConfig) }
 // them (the e2e suite, `eppkit conformance --target cluster`).
 const (
 	// Image is the single eppkit image (Dockerfile at the repository root) the fake vLLM and EPP
-	// Deployments run, with the subcommand as the first argument. Providers load it (LoadImage);
-	// the local provider's kubelet maps it to the eppkit binary.
+	// Deployments run, with the subcommand as the first argument. Providers load it (LoadImage).
 	Image = "eppkit:dev"
 	// EnvoyImage is the gateway image of envoy.yaml (gateway-api-inference-extension v1.5.0
 	// test/testdata/envoy.yaml pins the same tag).

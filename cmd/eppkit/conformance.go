@@ -39,7 +39,7 @@ func newConformanceCommand() *cobra.Command {
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&o.Target, "target", "reference", "target EPP: "+strings.Join(conformance.TargetNames(), ", "))
-	fl.StringVar(&wiring.ClusterProvider, "provider", "", "cluster provider of --target cluster: kind (default), existing or local (env EPPKIT_PROVIDER)")
+	fl.StringVar(&wiring.ClusterProvider, "provider", "", "cluster provider of --target cluster: kind (default) or existing (env EPPKIT_PROVIDER)")
 	fl.StringVar(&o.EndpointSource, "endpoint-source", "static", "how the target learns the pool: static (addresses on its command line) or apiserver (InferencePool + Pods on a local kube-apiserver)")
 	fl.StringVar(&f.profiles, "profiles", "all", "comma list of profiles to run and report (EPP, EPP-Routing, Reference) or all")
 	fl.StringVar(&f.supported, "supported-features", "", "comma list of extended features the implementation claims, or all")

@@ -1,9 +1,7 @@
 // Package cluster is the cluster-provider interface of the cluster end-to-end tier (DESIGN.md test
 // tier 5): a Kubernetes cluster the e2e suite and `eppkit conformance --target cluster` apply
-// manifests to. Implementations live in subpackages: local (kube-apiserver, etcd,
-// kube-controller-manager and kube-scheduler from tools/, plus the process kubelet of
-// fakes/kubelet), kind (sigs.k8s.io/kind/pkg/cluster in process; needs a container engine) and
-// existing (any kubeconfig and context).
+// manifests to. Implementations live in subpackages: kind (sigs.k8s.io/kind/pkg/cluster in
+// process; needs a container engine) and existing (any kubeconfig and context).
 package cluster
 
 import "context"
@@ -11,17 +9,17 @@ import "context"
 // Provider creates (or reuses) a cluster and hands out its kubeconfig. Implementations are safe for
 // use from one goroutine at a time; they are used from e2e-framework env funcs and from Ginkgo.
 type Provider interface {
-	// Name is the provider's --provider value: "local", "kind" or "existing".
+	// Name is the provider's --provider value: "kind" or "existing".
 	Name() string
 	// Create brings the cluster up, or reuses a running one with the same name. It returns when
-	// the API server answers and at least one node is Ready. Errors name the component that
-	// failed (for example "kube-scheduler: exited with status 1") and the log file to read.
+	// the API server answers and at least one node is Ready. Errors name what failed (for
+	// example the container engine, or the node that never became Ready) and the log to read.
 	Create(ctx context.Context) error
 	// KubeconfigPath is the absolute path of a kubeconfig file for the cluster; valid after Create.
 	KubeconfigPath() string
 	// LoadImage makes a locally built image (for example "eppkit:dev") runnable on the cluster's
-	// nodes. Providers that do not pull images (local, whose kubelet maps images to binaries)
-	// return nil when the image is known and an error naming the image otherwise.
+	// nodes (kind imports it from the container engine into every node). Providers that cannot
+	// (existing) return an error wrapping ErrImageLoadUnsupported: the cluster must pull it.
 	LoadImage(ctx context.Context, image string) error
 	// ExportLogs writes the control-plane, node and pod logs under dir (created if missing).
 	ExportLogs(ctx context.Context, dir string) error

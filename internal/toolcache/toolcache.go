@@ -117,7 +117,7 @@ const (
 var Tools = map[string]Tool{
 	"k8s": {
 		Name: "k8s", Version: "v1.37.2",
-		Description: "kube-apiserver (and, on request, kube-controller-manager and kube-scheduler) from " +
+		Description: "kube-apiserver (and, on request, the kind node image's kube-controller-manager, kube-scheduler, kubelet, kubeadm, kubectl and kube-proxy) from " +
 			"k8s.io/kubernetes v1.37.2 with the k8s.io staging modules at v0.37.2; etcd v3.6.11 from " +
 			"go.etcd.io/etcd/server/v3 (nested module etcd/)",
 		Artifacts: []Artifact{

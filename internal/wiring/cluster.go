@@ -11,7 +11,6 @@ import (
 	"github.com/eppkit/eppkit/conformance/cluster/clustertarget"
 	"github.com/eppkit/eppkit/conformance/cluster/existing"
 	"github.com/eppkit/eppkit/conformance/cluster/kind"
-	"github.com/eppkit/eppkit/conformance/cluster/local"
 	"github.com/eppkit/eppkit/conformance/harness"
 )
 
@@ -22,7 +21,7 @@ import (
 //	eppkit conformance --target cluster --endpoint-source cluster --provider kind ...
 //
 // --provider (env EPPKIT_PROVIDER; default kind): kind (node image: EPPKIT_KIND_NODE_IMAGE, as
-// suites/e2e), existing (the current kubeconfig, EPPKIT_CONTEXT) or local. EPPKIT_CLUSTER_NAME
+// suites/e2e) or existing (the current kubeconfig, EPPKIT_CONTEXT). EPPKIT_CLUSTER_NAME
 // (default eppkit-conformance), EPPKIT_CLUSTER_MANIFESTS (a directory of the EPP's own YAML,
 // templated with the target's fields; default: manifests/k8s's reference EPP),
 // EPPKIT_KEEP_CLUSTER=true (keep cluster and namespace).
@@ -41,7 +40,7 @@ func sharedClusterRun() (*clustertarget.Run, error) {
 	clusterRunOnce.Do(func() {
 		logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 		p, err := clusterProviderFor(firstNonEmpty(ClusterProvider, os.Getenv("EPPKIT_PROVIDER"), "kind"),
-			firstNonEmpty(os.Getenv("EPPKIT_CLUSTER_NAME"), "eppkit-conformance"), logger)
+			firstNonEmpty(os.Getenv("EPPKIT_CLUSTER_NAME"), "eppkit-conformance"))
 		if err != nil {
 			clusterRunErr = err
 			return
@@ -53,25 +52,15 @@ func sharedClusterRun() (*clustertarget.Run, error) {
 }
 
 // clusterProviderFor builds the --provider of the cluster target.
-func clusterProviderFor(name, clusterName string, logger *slog.Logger) (cluster.Provider, error) {
+func clusterProviderFor(name, clusterName string) (cluster.Provider, error) {
 	switch name {
 	case "kind":
 		return kind.New(kind.Options{Name: clusterName, NodeImage: os.Getenv(kind.NodeImageEnv), RecreateUnready: true, Log: os.Stderr})
 	case "existing":
 		return existing.New(existing.Options{Context: os.Getenv("EPPKIT_CONTEXT")})
-	case "local":
-		self, err := os.Executable()
-		if err != nil {
-			return nil, err
-		}
-		return local.New(local.Options{Name: clusterName, Eppkit: self, PodCIDR: ClusterTargetPodCIDR, Logger: logger})
 	}
-	return nil, fmt.Errorf("--provider %q: want kind, existing or local", name)
+	return nil, fmt.Errorf("--provider %q: want kind or existing", name)
 }
-
-// ClusterTargetPodCIDR is the local cluster's pod range for --target cluster (its own, so it can
-// run while suites/e2e has the default one).
-const ClusterTargetPodCIDR = "198.18.1.0/24"
 
 func firstNonEmpty(vs ...string) string {
 	for _, v := range vs {

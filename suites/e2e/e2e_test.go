@@ -4,19 +4,15 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"net/netip"
 	"strings"
 	"time"
 
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 
-	"github.com/eppkit/eppkit/fakes/kubelet"
 	"github.com/eppkit/eppkit/manifests"
 	"github.com/eppkit/eppkit/reference/director"
 )
@@ -32,11 +28,6 @@ var _ = ginkgo.Describe("Cluster objects", ginkgo.Label(suiteLabel), func() {
 				gomega.Expect(ips).NotTo(gomega.HaveKey(p.Status.PodIP), "pod %s shares its IP", p.Name)
 				ips[p.Status.PodIP] = true
 				want = append(want, p.Status.PodIP)
-				if e.provider.Name() == "local" {
-					ip, err := netip.ParseAddr(p.Status.PodIP)
-					gomega.Expect(err).NotTo(gomega.HaveOccurred())
-					gomega.Expect(netip.MustParsePrefix(kubelet.DefaultPodCIDR).Contains(ip)).To(gomega.BeTrue(), "pod IP %s in %s", ip, kubelet.DefaultPodCIDR)
-				}
 			}
 			gomega.Eventually(func(g gomega.Gomega) {
 				g.Expect(sliceAddresses(ctx, g, manifests.FakeVLLMService)).To(gomega.BeComparableTo(want, cmpopts.SortSlices(func(a, b string) bool { return a < b })))
@@ -57,7 +48,6 @@ func sliceAddresses(ctx context.Context, g gomega.Gomega, svc string) []string {
 }
 
 var _ = ginkgo.Describe("Routing through the gateway", ginkgo.Label(suiteLabel), func() {
-	ginkgo.BeforeEach(requireGateway)
 	ginkgo.When("requests carry distinct prompts", func() {
 		ginkgo.It("should land every request on a Ready pod of the pool", func(ctx context.Context) {
 			const n = 30
@@ -163,7 +153,6 @@ var _ = ginkgo.Describe("Routing through the gateway", ginkgo.Label(suiteLabel),
 })
 
 var _ = ginkgo.Describe("EPP unavailable", ginkgo.Label(suiteLabel), func() {
-	ginkgo.BeforeEach(requireGateway)
 	// expectFailOpenAndClose checks both pools once the EPP has no Ready endpoint.
 	expectFailOpen := func(ctx context.Context) {
 		const n = 10
@@ -253,39 +242,6 @@ var _ = ginkgo.Describe("EPP metrics", ginkgo.Label(suiteLabel), func() {
 				g.Expect(err).NotTo(gomega.HaveOccurred())
 				g.Expect(q).To(gomega.BeNumerically(">=", 0))
 			}).WithContext(ctx).WithTimeout(discoveryWindow).WithPolling(500 * time.Millisecond).Should(gomega.Succeed())
-		})
-	})
-})
-
-// The process kubelet's own behaviour: local provider only (make e2e filters it out on kind and
-// existing with the label local-only).
-var _ = ginkgo.Describe("Process kubelet", ginkgo.Label(suiteLabel, "local-only"), func() {
-	ginkgo.When("a pod's image maps to no local binary", func() {
-		ginkgo.It("should leave it Pending with reason ErrImageNotMapped instead of hanging", func(ctx context.Context) {
-			if !processKubelet(ctx) {
-				ginkgo.Skip("the cluster's nodes are not run by eppkit's process kubelet (local provider, or existing pointed at a local cluster)")
-			}
-			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "unknown-image", Namespace: e.ns},
-				Spec: corev1.PodSpec{TerminationGracePeriodSeconds: ptr.To[int64](1),
-					Containers: []corev1.Container{{Name: "web", Image: "nginx:1.27"}}}}
-			_, err := e.cs.CoreV1().Pods(e.ns).Create(ctx, pod, metav1.CreateOptions{})
-			gomega.Expect(err).NotTo(gomega.HaveOccurred())
-			ginkgo.DeferCleanup(func(ctx context.Context) {
-				_ = e.cs.CoreV1().Pods(e.ns).Delete(ctx, pod.Name, metav1.DeleteOptions{})
-			})
-			// Scheduled by kube-scheduler onto the kubelet's node, then refused with a reason.
-			gomega.Eventually(func(g gomega.Gomega) {
-				p, err := e.cs.CoreV1().Pods(e.ns).Get(ctx, pod.Name, metav1.GetOptions{})
-				g.Expect(err).NotTo(gomega.HaveOccurred())
-				g.Expect(p.Spec.NodeName).To(gomega.Equal(kubelet.DefaultNodeName))
-				g.Expect(p.Status.ContainerStatuses).To(gomega.HaveLen(1))
-				w := p.Status.ContainerStatuses[0].State.Waiting
-				g.Expect(w).NotTo(gomega.BeNil())
-				g.Expect(w.Reason).To(gomega.Equal(kubelet.ReasonImageNotMapped))
-				g.Expect(w.Message).To(gomega.ContainSubstring("nginx:1.27"))
-				g.Expect(p.Status.Phase).To(gomega.Equal(corev1.PodPending))
-				g.Expect(podReady(p)).To(gomega.BeFalse())
-			}).WithContext(ctx).WithTimeout(discoveryWindow).WithPolling(250 * time.Millisecond).Should(gomega.Succeed())
 		})
 	})
 })

@@ -22,11 +22,10 @@ import (
 	"github.com/eppkit/eppkit/conformance/cluster/portforward"
 	"github.com/eppkit/eppkit/fakes/gateway"
 	"github.com/eppkit/eppkit/fakes/gateway/clustergw"
-	"github.com/eppkit/eppkit/fakes/kubelet"
 	"github.com/eppkit/eppkit/manifests"
 )
 
-// How the suite reaches the cluster (--gateway, --reach; defaults per provider in defaultsFor).
+// How the suite reaches the cluster (--gateway, --reach; default Envoy through port-forwards).
 const (
 	// gatewayStandin is fakes/gateway/clustergw in this process: it resolves InferencePool →
 	// endpointPickerRef Service → EndpointSlice itself and dials pod IPs, directly or through
@@ -35,21 +34,12 @@ const (
 	// gatewayEnvoy is the Envoy Deployment of manifests/k8s, reached by port-forward (or
 	// directly): listener EnvoyFailOpenPort behaves as FailOpen, EnvoyFailClosePort as FailClose.
 	gatewayEnvoy = "envoy"
-	// reachDirect dials pod IPs (the local provider's pod range is local to this machine).
+	// reachDirect dials pod IPs (clusters whose pod network this machine routes to).
 	reachDirect = "direct"
 	// reachPortForward goes through the API server's pods/portforward (kind, most existing
 	// clusters; conformance/cluster/portforward).
 	reachPortForward = "port-forward"
 )
-
-// defaultsFor is the gateway and reach a provider uses unless --gateway / --reach say otherwise:
-// local runs the stand-in and dials pods; kind and existing run Envoy and port-forward.
-func defaultsFor(provider string) (gw, reach string) {
-	if provider == "local" {
-		return gatewayStandin, reachDirect
-	}
-	return gatewayEnvoy, reachPortForward
-}
 
 // checkModes refuses combinations that cannot work.
 func checkModes(gw, reach string) error {
@@ -222,24 +212,12 @@ func sendHTTP(ctx context.Context, base string, req *gateway.Request) (*gateway.
 	return &gateway.Result{Status: resp.StatusCode, Headers: resp.Header, Body: body}, nil
 }
 
-// envoyUnavailable waits for the Envoy Deployment and returns "" when it is Ready, or why it
-// cannot run on this cluster (its pod waits with ErrImageNotMapped: the process kubelet runs only
-// images mapped to local binaries, and there is no Envoy binary). Any other failure fails.
-func envoyUnavailable(ctx context.Context) string {
+// waitEnvoy waits (rolloutTimeout) until exactly one Envoy pod is Ready.
+func waitEnvoy(ctx context.Context) {
 	ginkgo.GinkgoHelper()
-	var why string
 	gomega.Eventually(func(g gomega.Gomega) {
 		pods, err := e.cs.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + manifests.EnvoyDeployment})
 		g.Expect(err).NotTo(gomega.HaveOccurred())
-		for _, p := range pods.Items {
-			for _, cs := range p.Status.ContainerStatuses {
-				if w := cs.State.Waiting; w != nil && w.Reason == kubelet.ReasonImageNotMapped {
-					why = fmt.Sprintf("Envoy cannot run on this cluster: pod %s waits with %s (%s). The cluster's kubelet is eppkit's process kubelet, which runs only images mapped to local binaries, and no Envoy binary is mapped; the Envoy-dependent specs need kind (make e2e PROVIDER=kind) or a cluster with a container runtime, or run the gateway stand-in with --gateway=%s --reach=%s",
-						p.Name, w.Reason, w.Message, gatewayStandin, reachDirect)
-					return
-				}
-			}
-		}
 		g.Expect(pods.Items).NotTo(gomega.BeEmpty(), "Envoy pods")
 		ready := 0
 		for i := range pods.Items {
@@ -249,14 +227,6 @@ func envoyUnavailable(ctx context.Context) string {
 		}
 		g.Expect(ready).To(gomega.Equal(1), "Ready Envoy pods")
 	}).WithContext(ctx).WithTimeout(rolloutTimeout).WithPolling(250 * time.Millisecond).Should(gomega.Succeed())
-	return why
-}
-
-// requireGateway skips a spec that sends requests when the suite has no gateway.
-func requireGateway() {
-	if e.noGateway != "" {
-		ginkgo.Skip(e.noGateway)
-	}
 }
 
 // serviceAddresses returns the Ready addresses of the Service's EndpointSlices, sorted.

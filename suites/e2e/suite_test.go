@@ -4,35 +4,31 @@
 // through a gateway. Where each request landed is read from the model server's x-inference-pod
 // header.
 //
-// Providers (--provider, env EPPKIT_PROVIDER, default local):
-//   - local (conformance/cluster/local: etcd, kube-apiserver, kube-controller-manager,
-//     kube-scheduler and the process kubelet; needs `eppkit tools build k8s --all` and
-//     bin/eppkit). Gateway: the in-process stand-in (fakes/gateway/clustergw), which resolves
-//     InferencePool → endpointPickerRef Service → EndpointSlice → EPP pod IP itself and dials pod
-//     IPs directly (the local pod range is local to this machine).
+// Providers (--provider, env EPPKIT_PROVIDER, default kind):
 //   - kind (conformance/cluster/kind: sigs.k8s.io/kind in process; needs Docker, Podman or
 //     nerdctl — hack/container-engine.sh — and the image eppkit:dev built locally, `make image`).
 //     The node image is the pinned kindest/node when the engine has or can pull it, else the
 //     offline one of `eppkit tools build kind-node` (--node-image / EPPKIT_KIND_NODE_IMAGE
 //     choose; "offline" asks for that one). Gateway: Envoy (manifests/k8s/envoy.yaml; listener
 //     8081 = FailOpen, 8082 = FailClose) when its image is in the engine (it is loaded into the
-//     node), else the stand-in dialling pods through port-forwards. Pods are reached through
-//     the API server's pods/portforward only (the EPP's /metrics, the fake vLLM admin API).
-//     A listed cluster of the suite's name with no Ready node is deleted and created again.
-//   - existing (any kubeconfig, --context): as kind. Against the local provider's kubeconfig the
-//     process kubelet cannot run Envoy (no Envoy binary): the specs that send requests are then
-//     skipped with that reason, and the rest run through port-forwards.
+//     node), else the stand-in (fakes/gateway/clustergw), which resolves InferencePool →
+//     endpointPickerRef Service → EndpointSlice → EPP pod itself and dials pods through
+//     port-forwards. Pods are reached through the API server's pods/portforward only (the EPP's
+//     /metrics, the fake vLLM admin API). A listed cluster of the suite's name with no Ready node
+//     is deleted and created again.
+//   - existing (any kubeconfig, --context): as kind; the image eppkit:dev must be pullable by the
+//     cluster (--image names another).
 //
 // --gateway=standin|envoy (env EPPKIT_E2E_GATEWAY) and --reach=direct|port-forward (env
-// EPPKIT_E2E_REACH) override the provider's defaults (the stand-in needs --reach=direct).
+// EPPKIT_E2E_REACH) override the defaults (--reach=direct dials pod IPs, for clusters whose pod
+// network this machine routes to).
 //
 // One namespace per run (eppkit-e2e-<seed>). On failure the suite prints pods, events and log
 // tails and exports every log under out/e2e/<namespace>/. EPPKIT_KEEP_CLUSTER=true keeps the
-// namespace and the cluster (the local cluster then starts again in about a second).
+// namespace and the cluster (the next run then reuses it in about a second).
 //
-//	make e2e                              # builds bin/eppkit and the tools, then runs this suite
-//	make image e2e PROVIDER=kind          # with a container engine
-//	go run github.com/onsi/ginkgo/v2/ginkgo --label-filter=e2e ./suites/e2e -- --provider=local
+//	make e2e                              # builds eppkit:dev, then runs this suite on kind
+//	go run github.com/onsi/ginkgo/v2/ginkgo --label-filter=e2e ./suites/e2e -- --provider=existing --context=C
 package e2e_test
 
 import (
@@ -62,10 +58,8 @@ import (
 	"github.com/eppkit/eppkit/conformance/cluster/apply"
 	"github.com/eppkit/eppkit/conformance/cluster/existing"
 	"github.com/eppkit/eppkit/conformance/cluster/kind"
-	"github.com/eppkit/eppkit/conformance/cluster/local"
 	"github.com/eppkit/eppkit/conformance/cluster/portforward"
 	"github.com/eppkit/eppkit/fakes/gateway/clustergw"
-	"github.com/eppkit/eppkit/fakes/kubelet"
 	"github.com/eppkit/eppkit/internal/testseed"
 	"github.com/eppkit/eppkit/manifests"
 )
@@ -79,8 +73,8 @@ const (
 	failClosePool = "fake-vllm-failclose"
 	// initialReplicas is the fake vLLM Deployment's replica count in manifests/k8s.
 	initialReplicas = 3
-	// createTimeout bounds bringing the cluster up (a cold local control plane on a loaded
-	// 2-core machine takes 20–60 s).
+	// createTimeout bounds bringing the cluster up (a new kind cluster on a loaded 2-core
+	// machine takes 25–90 s; one bounded retry of the creation is inside the provider).
 	createTimeout = 5 * time.Minute
 	// rolloutTimeout bounds every wait for Deployments and pods.
 	rolloutTimeout = 2 * time.Minute
@@ -97,14 +91,13 @@ const (
 )
 
 var (
-	flagProvider    = flag.String("provider", envOr("EPPKIT_PROVIDER", "local"), "cluster provider: local, kind or existing (env EPPKIT_PROVIDER)")
-	flagEppkit      = flag.String("eppkit", envOr("EPPKIT_BIN", "../../bin/eppkit"), "the eppkit binary the local cluster runs for image eppkit (env EPPKIT_BIN)")
+	flagProvider    = flag.String("provider", envOr("EPPKIT_PROVIDER", "kind"), "cluster provider: kind or existing (env EPPKIT_PROVIDER)")
 	flagClusterName = flag.String("cluster-name", envOr("EPPKIT_CLUSTER_NAME", "eppkit-e2e"), "cluster name (env EPPKIT_CLUSTER_NAME)")
 	flagContext     = flag.String("context", os.Getenv("EPPKIT_CONTEXT"), "kubeconfig context for --provider existing (env EPPKIT_CONTEXT)")
 	flagOut         = flag.String("out", envOr("EPPKIT_E2E_OUT", "../../out/e2e"), "where logs are exported on failure (env EPPKIT_E2E_OUT)")
-	flagGateway     = flag.String("gateway", os.Getenv("EPPKIT_E2E_GATEWAY"), "gateway: standin or envoy (env EPPKIT_E2E_GATEWAY; default standin on local, envoy elsewhere)")
+	flagGateway     = flag.String("gateway", os.Getenv("EPPKIT_E2E_GATEWAY"), "gateway: standin or envoy (env EPPKIT_E2E_GATEWAY; default envoy, on kind the stand-in when Envoy's image is not in the engine)")
 	flagImage       = flag.String("image", os.Getenv("EPPKIT_E2E_IMAGE"), "run the manifests' eppkit image as this one (env EPPKIT_E2E_IMAGE; for existing clusters that pull from a registry)")
-	flagReach       = flag.String("reach", os.Getenv("EPPKIT_E2E_REACH"), "how pods are reached: direct or port-forward (env EPPKIT_E2E_REACH; default direct on local, port-forward elsewhere)")
+	flagReach       = flag.String("reach", os.Getenv("EPPKIT_E2E_REACH"), "how pods are reached: direct or port-forward (env EPPKIT_E2E_REACH; default port-forward)")
 	flagNodeImage   = flag.String("node-image", os.Getenv(kind.NodeImageEnv), "kind node image, or \"offline\" for the one of `eppkit tools build kind-node` (env "+kind.NodeImageEnv+"; default: the pinned kindest/node when it can be had, else the offline one)")
 )
 
@@ -134,10 +127,8 @@ type env struct {
 	// reachDirect/reachPortForward); forwards serves reachPortForward.
 	gateway, reach string
 	forwards       *portforward.Pool
-	// failOpen and failClose send through the FailOpen and the FailClose pool; noGateway, when
-	// set, is why there is no gateway and the specs that send requests are skipped.
+	// failOpen and failClose send through the FailOpen and the FailClose pool.
 	failOpen, failClose gatewayClient
-	noGateway           string
 }
 
 var e *env
@@ -156,16 +147,6 @@ var _ = ginkgo.JustAfterEach(func() {
 // newProvider builds the --provider.
 func newProvider(name string) (cluster.Provider, error) {
 	switch name {
-	case "local":
-		bin, err := filepath.Abs(*flagEppkit)
-		if err != nil {
-			return nil, err
-		}
-		if _, err := os.Stat(bin); err != nil {
-			return nil, fmt.Errorf("--eppkit %s: %w (run `make build`, or give --eppkit / EPPKIT_BIN)", bin, err)
-		}
-		return local.New(local.Options{Name: *flagClusterName, Eppkit: bin,
-			Logger: newLogger()})
 	case "existing":
 		// Any kubeconfig ($KUBECONFIG or ~/.kube/config, --context). Envoy is the gateway and
 		// pods are reached by port-forward unless --gateway/--reach say otherwise; the image
@@ -176,13 +157,13 @@ func newProvider(name string) (cluster.Provider, error) {
 		// the image eppkit:dev built locally (`make image`); LoadImage imports it into the nodes.
 		return kind.New(kind.Options{Name: *flagClusterName, NodeImage: *flagNodeImage, RecreateUnready: true, Log: ginkgo.GinkgoWriter})
 	}
-	return nil, fmt.Errorf("--provider %q: want local, kind or existing", name)
+	return nil, fmt.Errorf("--provider %q: want kind or existing", name)
 }
 
 var _ = ginkgo.BeforeSuite(func(ctx context.Context) {
 	seed := testseed.Seed()
-	gwMode, reach := defaultsFor(*flagProvider)
-	gwWhy := "the provider's default"
+	gwMode, reach := gatewayEnvoy, reachPortForward
+	gwWhy := "the default"
 	if *flagProvider == "kind" {
 		gwMode, gwWhy = kindGateway(ctx)
 	}
@@ -268,9 +249,6 @@ var _ = ginkgo.BeforeSuite(func(ctx context.Context) {
 	applier, err := apply.New(e.rest)
 	gomega.Expect(err).NotTo(gomega.HaveOccurred())
 	mutators := []func(*unstructured.Unstructured) error{tuneEPP}
-	if !processKubelet(ctx) {
-		mutators = append(mutators, apply.BindAllInterfaces)
-	}
 	if *flagImage != "" {
 		mutators = append(mutators, apply.SetImage(manifests.Image, *flagImage))
 	}
@@ -298,17 +276,9 @@ var _ = ginkgo.BeforeSuite(func(ctx context.Context) {
 		ginkgo.By("waiting for the Envoy Deployment (listener FailOpen :8081, FailClose :8082)")
 		// Envoy's listeners carry the failure modes (manifests/envoy/envoy.yaml); the
 		// FailClose InferencePool copy is then only an object the EPP also watches.
-		if why := envoyUnavailable(ctx); why != "" {
-			e.noGateway = why
-			ginkgo.GinkgoWriter.Printf("e2e: %s\n", why)
-			ginkgo.AddReportEntry("no gateway", why, ginkgo.ReportEntryVisibilityAlways)
-		} else {
-			e.failOpen = &envoyGW{port: manifests.EnvoyFailOpenPort}
-			e.failClose = &envoyGW{port: manifests.EnvoyFailClosePort}
-		}
-	}
-	if e.noGateway != "" {
-		return
+		waitEnvoy(ctx)
+		e.failOpen = &envoyGW{port: manifests.EnvoyFailOpenPort}
+		e.failClose = &envoyGW{port: manifests.EnvoyFailClosePort}
 	}
 	// The EPP has discovered the pool once a request through each gateway is served by it.
 	for _, gw := range []gatewayClient{e.failOpen, e.failClose} {
@@ -321,7 +291,7 @@ var _ = ginkgo.BeforeSuite(func(ctx context.Context) {
 }, ginkgo.NodeTimeout(createTimeout+3*rolloutTimeout))
 
 // selectObjects drops Envoy (its Deployment, Service and ConfigMap) unless it is the gateway: with
-// the stand-in (the local provider's default) it has no part to play.
+// the stand-in it has no part to play.
 func selectObjects(objs []*unstructured.Unstructured, gwMode string) []*unstructured.Unstructured {
 	if gwMode == gatewayEnvoy {
 		return objs
@@ -382,19 +352,6 @@ func tuneEPP(u *unstructured.Unstructured) error {
 	return unstructured.SetNestedSlice(u.Object, containers, "spec", "template", "spec", "containers")
 }
 
-// processKubelet reports whether every node is run by eppkit's process kubelet (fakes/kubelet).
-func processKubelet(ctx context.Context) bool {
-	ginkgo.GinkgoHelper()
-	nodes, err := e.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	gomega.Expect(err).NotTo(gomega.HaveOccurred())
-	for _, n := range nodes.Items {
-		if n.Status.NodeInfo.ContainerRuntimeVersion != kubelet.ContainerRuntimeVersion {
-			return false
-		}
-	}
-	return len(nodes.Items) > 0
-}
-
 func startGateway(ctx context.Context, pool string) *clustergw.Gateway {
 	cfg := clustergw.Config{Client: e.cs, Dynamic: e.dyn, Namespace: e.ns, Pool: pool, MessageTimeout: requestTimeout, Logger: newLogger()}
 	if e.reach == reachPortForward {
@@ -447,13 +404,8 @@ func dump(ctx context.Context, e *env) {
 					}
 				}
 				for _, c := range p.Spec.Containers {
-					var b []byte
-					if lp, ok := e.provider.(*local.Provider); ok {
-						b, _ = os.ReadFile(lp.PodLogPath(p.Namespace, p.Name, string(p.UID), c.Name))
-					} else {
-						// The kubelet's containerLogs through the API server (kind, existing).
-						b, _ = e.cs.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: c.Name, TailLines: ptr.To[int64](15)}).DoRaw(ctx)
-					}
+					// The kubelet's containerLogs through the API server.
+					b, _ := e.cs.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: c.Name, TailLines: ptr.To[int64](15)}).DoRaw(ctx)
 					lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
 					if len(lines) > 15 {
 						lines = lines[len(lines)-15:]
@@ -500,7 +452,7 @@ func waitDeployment(ctx context.Context, name string, replicas int32) {
 		pods := deploymentPods(ctx, g, d)
 		for _, p := range pods {
 			for _, cs := range p.Status.ContainerStatuses {
-				if w := cs.State.Waiting; w != nil && (w.Reason == "ErrImageNotMapped" || w.Reason == "CreateContainerConfigError") {
+				if w := cs.State.Waiting; w != nil && w.Reason == "CreateContainerConfigError" {
 					gomega.StopTrying(fmt.Sprintf("deployment %s: pod %s cannot start: %s: %s", name, p.Name, w.Reason, w.Message)).Now()
 				}
 			}

@@ -207,39 +207,3 @@ func Chain(fns ...func(*unstructured.Unstructured) error) func(*unstructured.Uns
 		return nil
 	}
 }
-
-// BindAllInterfaces rewrites a Deployment container arg "$(POD_IP)" that follows --bind-address
-// or --host (manifests/k8s's EPP and fake vLLM) to 0.0.0.0. The manifests bind the pod IP
-// because the local provider's process kubelet runs pods in one network namespace, each on its
-// own IP; in a real pod network namespace the pod IP alone refuses port-forwarded connections,
-// which the container runtime dials on localhost inside the pod (containerd's sandbox
-// port-forward). Other objects are left alone.
-func BindAllInterfaces(u *unstructured.Unstructured) error {
-	if u.GetKind() != "Deployment" {
-		return nil
-	}
-	containers, _, err := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
-	if err != nil {
-		return fmt.Errorf("deployment %s: %w", u.GetName(), err)
-	}
-	for i, c := range containers {
-		cm, ok := c.(map[string]any)
-		if !ok {
-			continue
-		}
-		args, _, _ := unstructured.NestedStringSlice(cm, "args")
-		if len(args) == 0 {
-			continue
-		}
-		out := make([]any, len(args))
-		for j, a := range args {
-			if a == "$(POD_IP)" && j > 0 && (args[j-1] == "--bind-address" || args[j-1] == "--host") {
-				a = "0.0.0.0"
-			}
-			out[j] = a
-		}
-		cm["args"] = out
-		containers[i] = cm
-	}
-	return unstructured.SetNestedSlice(u.Object, containers, "spec", "template", "spec", "containers")
-}

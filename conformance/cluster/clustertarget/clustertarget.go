@@ -17,8 +17,7 @@
 //
 // This process reaches the cluster only through its API server: the EPP's ext_proc, health and
 // metrics ports and every fleet pod are reached through pods/portforward (DialEndpoint), never
-// by routing to the pod network, so the same run works on kind, on an existing cluster and on
-// the local provider.
+// by routing to the pod network, so the same run works on kind and on an existing cluster.
 package clustertarget
 
 import (
@@ -613,10 +612,6 @@ func (r *Run) objects(env harness.TargetEnv, ns string) ([]*unstructured.Unstruc
 			}
 		case o.GetKind() == "Deployment" && o.GetName() == manifests.EPPDeployment:
 			if err := setReferenceArgs(o, env); err != nil {
-				return nil, err
-			}
-			// Port-forwards arrive on the pod's localhost: listen on every interface.
-			if err := apply.BindAllInterfaces(o); err != nil {
 				return nil, err
 			}
 		case o.GetKind() == "Service" && o.GetName() == manifests.EPPService:

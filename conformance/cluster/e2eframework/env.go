@@ -53,7 +53,7 @@ func isEPP(o *unstructured.Unstructured) bool {
 
 // applyInto applies the manifests/k8s objects selected by keep into namespace (created when
 // missing) and, for Deployments, waits until they are available (3 minutes).
-func applyInto(namespace string, keep func(*unstructured.Unstructured) bool, mutate func(*unstructured.Unstructured) error) env.Func {
+func applyInto(namespace string, keep func(*unstructured.Unstructured) bool) env.Func {
 	return func(ctx context.Context, cfg *envconf.Config) (context.Context, error) {
 		rc := cfg.Client().RESTConfig()
 		cs, err := kubernetes.NewForConfig(rc)
@@ -79,7 +79,7 @@ func applyInto(namespace string, keep func(*unstructured.Unstructured) bool, mut
 		if err != nil {
 			return ctx, err
 		}
-		if _, err := a.Apply(ctx, objs, apply.Options{Namespace: namespace, Mutate: mutate}); err != nil {
+		if _, err := a.Apply(ctx, objs, apply.Options{Namespace: namespace}); err != nil {
 			return ctx, err
 		}
 		for _, o := range objs {
@@ -98,17 +98,17 @@ func applyInto(namespace string, keep func(*unstructured.Unstructured) bool, mut
 // eppkit image, which must be on the nodes: envfuncs.LoadImageToCluster(name, manifests.Image))
 // into namespace and waits for them.
 func DeployFleet(namespace string) env.Func {
-	return applyInto(namespace, isFleet, apply.BindAllInterfaces)
+	return applyInto(namespace, isFleet)
 }
 
 // DeployPool installs the GIE CRDs and applies the InferencePool over the fleet into namespace.
-func DeployPool(namespace string) env.Func { return applyInto(namespace, isPool, nil) }
+func DeployPool(namespace string) env.Func { return applyInto(namespace, isPool) }
 
 // DeployEPP applies manifests/k8s's reference EPP (RBAC, ConfigMap, Deployment, Service) into
 // namespace and waits for it. An implementer's own EPP is deployed with their own env.Func
 // under the same names (manifests.EPPService), or given to Conformance as ManifestsDir.
 func DeployEPP(namespace string) env.Func {
-	return applyInto(namespace, isEPP, apply.BindAllInterfaces)
+	return applyInto(namespace, isEPP)
 }
 
 func waitAvailable(ctx context.Context, cs kubernetes.Interface, ns, name string, timeout time.Duration) error {

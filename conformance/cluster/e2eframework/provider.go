@@ -1,7 +1,7 @@
 // Package e2eframework puts eppkit's cluster providers and conformance suite behind
 // sigs.k8s.io/e2e-framework (v0.7.0), for implementers whose own end-to-end tests use it:
 //
-//   - Provider adapts any cluster.Provider (kind, existing, local) to e2e-framework's
+//   - Provider adapts any cluster.Provider (kind, existing) to e2e-framework's
 //     support.E2EClusterProviderWithImageLoader, so envfuncs.CreateCluster, LoadImageToCluster,
 //     ExportClusterLogs and DestroyCluster drive it; Kind builds one over eppkit's kind
 //     provider (the kind Go library in process, not the kind CLI e2e-framework's own kind

@@ -70,8 +70,8 @@ const DefaultNodeImage = "kindest/node:v1.37.0@sha256:a1ed56cfb0e7b93589bdf97c8c
 
 // ErrNoContainerEngine is returned (wrapped) by Create when neither Docker, Podman nor nerdctl is
 // installed, or the one found does not answer `<engine> info` (a CLI without its daemon);
-// callers may skip with it (errors.Is) and point users at the local provider.
-var ErrNoContainerEngine = errors.New("kind: no container engine found (docker, podman or nerdctl); use --provider local, which needs none")
+// callers may tell it apart (errors.Is).
+var ErrNoContainerEngine = errors.New("kind: no container engine found (docker, podman or nerdctl): install one (on Debian, `bash hack/container-engine.sh` installs and starts docker.io; docs/kubernetes.md), or use --provider existing with a kubeconfig")
 
 // CreateParams are what Create passes to Cluster.Create besides the config.
 type CreateParams struct {

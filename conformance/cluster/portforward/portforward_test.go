@@ -12,9 +12,8 @@ import (
 	"k8s.io/client-go/rest"
 )
 
-// The forward itself is tested end to end against a real kube-apiserver and the process kubelet in
-// fakes/kubelet (TestKubeletAgainstAPIServer, "port-forward through the API server"); these are
-// the pure parts.
+// The forward itself is exercised end to end on kind clusters (suites/e2e and `eppkit conformance
+// --target cluster`, which reach every pod through it); these are the pure parts.
 
 func TestURL(t *testing.T) {
 	tgt := Target{Namespace: "ns1", Pod: "epp-0", Port: 9090}

@@ -45,12 +45,6 @@ type ControlPlaneOptions struct {
 	Dir string
 	// KeepDir keeps Dir after Stop (its logs are useful after a failed run).
 	KeepDir bool
-	// CertDir is kube-apiserver's --cert-dir (serving certificate, service-account signing key
-	// sa-signer.key/.crt) and EtcdDataDir is etcd's --data-dir; "" = envtest's temporary
-	// directories, removed by Stop. The local cluster provider (conformance/cluster/local) sets
-	// both under its state directory so the processes can outlive the process that started
-	// them (envtest starts each in its own process group) and be found again by their flags.
-	CertDir, EtcdDataDir string
 	// StartTimeout bounds the start of each process (default 60s: a cold kube-apiserver on a busy
 	// 2-core machine takes 10-20s). StopTimeout bounds each graceful stop (default 20s) before
 	// the process group is killed.
@@ -152,7 +146,6 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (*ControlP
 	api := env.ControlPlane.GetAPIServer()
 	api.Path = opts.APIServerPath
 	api.Out, api.Err = apiLog, apiLog
-	api.CertDir = opts.CertDir
 	// envtest's default authorization mode (RBAC) stays: kube-apiserver v1.37.2 turns anonymous
 	// auth off under AlwaysAllow ("AnonymousAuth is not allowed with the AlwaysAllow authorizer"),
 	// and envtest's readiness probe of /healthz is anonymous, so AlwaysAllow never becomes ready.
@@ -160,7 +153,6 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (*ControlP
 	env.ControlPlane.Etcd = &envtest.Etcd{}
 	env.ControlPlane.Etcd.Path = opts.EtcdPath
 	env.ControlPlane.Etcd.Out, env.ControlPlane.Etcd.Err = etcdLog, etcdLog
-	env.ControlPlane.Etcd.DataDir = opts.EtcdDataDir
 	cp.env = env
 
 	type started struct {

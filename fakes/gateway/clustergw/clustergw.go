@@ -1,5 +1,5 @@
 // Package clustergw is the gateway stand-in for an InferencePool in a Kubernetes cluster whose
-// Services are not proxied (the local cluster provider): it resolves the pool the way a GIE
+// Services this process cannot reach (kind without Envoy's image): it resolves the pool the way a GIE
 // gateway implementation does — InferencePool → spec.endpointPickerRef Service → its
 // EndpointSlices → a Ready EPP pod IP and port — and sends each request through fakes/gateway
 // with the pool's failureMode. The pool's own endpoints (Ready pods matching spec.selector, on
@@ -10,7 +10,8 @@
 // pod that turns not-Ready or goes away stops being used as soon as its EndpointSlice says so.
 // With no Ready EPP endpoint at all, FailClose answers 500 (Envoy's ext_proc status_on_error
 // default) and FailOpen forwards round-robin over the pool's Ready pods (503 when there is none).
-// It needs the pod IPs to be reachable from this process (true on the local provider).
+// It dials pod IPs, directly (a pod network this machine routes to) or through Config.Dial (the
+// e2e suite's port-forwards).
 package clustergw
 
 import (
