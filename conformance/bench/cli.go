@@ -20,16 +20,21 @@ const (
 	PolicyLoadOnly  = "load-only"
 	PolicyPredicted = "predicted-latency"
 	PolicyUpstream  = "upstream-v1.5.0"
-	PolicyCommand   = "command"
+	// PolicyUpstreamPredicted is the upstream EPP v1.5.0 with its own predicted-latency plugins
+	// (manifests/epp-configs/upstream-v1.5.0-predicted-latency.yaml) and `eppkit predictor` as
+	// its prediction and training sidecars (the harness's {{.PredictorURL}}).
+	PolicyUpstreamPredicted = "upstream-v1.5.0-predicted-latency"
+	PolicyCommand           = "command"
 )
 
 // AllPolicies lists every policy of `eppkit bench compare`, in table order (round-robin first: the
 // baseline of the ratios).
-var AllPolicies = []string{TargetRoundRobin, PolicyRandom, PolicyReference, PolicyLoadOnly, PolicyPredicted, PolicyUpstream, PolicyCommand}
+var AllPolicies = []string{TargetRoundRobin, PolicyRandom, PolicyReference, PolicyLoadOnly, PolicyPredicted, PolicyUpstream, PolicyUpstreamPredicted, PolicyCommand}
 
 // PolicyConfig is the EndpointPickerConfig file (under PolicyOptions.ConfigsDir) of a policy that
-// runs the reference EPP with a config of its own: random-picker.yaml, load-only.yaml,
-// predicted-latency.yaml; "" for any other policy (PolicyReference runs the default profile).
+// runs an EPP with a config of its own: random-picker.yaml, load-only.yaml,
+// predicted-latency.yaml (the reference), upstream-v1.5.0-predicted-latency.yaml (the upstream
+// EPP); "" for any other policy (PolicyReference and PolicyUpstream run their default profiles).
 // `eppkit bench compare` and `eppkit bench simulate` both read it.
 func PolicyConfig(policy string) string {
 	switch policy {
@@ -39,6 +44,8 @@ func PolicyConfig(policy string) string {
 		return "load-only.yaml"
 	case PolicyPredicted:
 		return "predicted-latency.yaml"
+	case PolicyUpstreamPredicted:
+		return "upstream-v1.5.0-predicted-latency.yaml"
 	}
 	return ""
 }
@@ -48,6 +55,14 @@ func PolicyConfig(policy string) string {
 const upstreamEPPCommand = `KUBECONFIG={{.Kubeconfig}} exec %s --pool-name {{.PoolName}} --pool-namespace {{.PoolNamespace}}` +
 	` --secure-serving=false --metrics-endpoint-auth=false --tracing=false --grpc-port {{.GRPCPort}}` +
 	` --grpc-health-port {{.HealthPort}} --metrics-port {{.MetricsPort}}`
+
+// upstreamPredictedEPPCommand is upstreamEPPCommand with the predicted-latency config and the
+// harness's predictor sidecar as both of upstream's latency predictor servers
+// (PREDICTION_SERVER_URL, TRAINING_SERVER_URL: GIE v1.5.0 sidecars/latencypredictorasync); its
+// client flushes training entries and refreshes the servers' status every second
+// (LATENCY_FLUSH_INTERVAL_SEC, LATENCY_METRICS_INTERVAL_SEC), as the predictor parity run does.
+const upstreamPredictedEPPCommand = `PREDICTION_SERVER_URL={{.PredictorURL}} TRAINING_SERVER_URL={{.PredictorURL}}` +
+	` LATENCY_FLUSH_INTERVAL_SEC=1 LATENCY_METRICS_INTERVAL_SEC=1 ` + upstreamEPPCommand + ` --config-file {{.ConfigFile}}`
 
 // WriteComparison prints the per-policy blocks and the comparison table of c and writes
 // results.json, the vllm_*.json files, the plots and comparison.json under outDir. An
@@ -165,7 +180,15 @@ func Policies(names string, o PolicyOptions) ([]CompareTarget, []string, error) 
 				continue
 			}
 			err = ref(p, PolicyConfig(p))
-		case PolicyUpstream:
+		case PolicyUpstream, PolicyUpstreamPredicted:
+			var config string
+			if p == PolicyUpstreamPredicted {
+				config = filepath.Join(o.ConfigsDir, PolicyConfig(p))
+				if _, serr := os.Stat(config); serr != nil {
+					skip(p, fmt.Sprintf("%s not found (%v)", config, serr))
+					continue
+				}
+			}
 			bin, perr := toolcache.Path("gie", "epp")
 			if perr != nil {
 				skip(p, fmt.Sprintf("the upstream EPP binary is not built (eppkit tools build gie): %v", perr))
@@ -175,7 +198,11 @@ func Policies(names string, o PolicyOptions) ([]CompareTarget, []string, error) 
 				skip(p, fmt.Sprintf("it discovers through a kube-apiserver, which is not built (eppkit tools build k8s): %v", kerr))
 				continue
 			}
-			t, terr := target.NewCommandTarget(p, fmt.Sprintf(upstreamEPPCommand, bin))
+			tmpl := upstreamEPPCommand
+			if p == PolicyUpstreamPredicted {
+				tmpl = upstreamPredictedEPPCommand
+			}
+			t, terr := target.NewCommandTarget(p, fmt.Sprintf(tmpl, conformance.ShellQuote(bin)))
 			if terr != nil {
 				return nil, nil, terr
 			}
@@ -183,7 +210,7 @@ func Policies(names string, o PolicyOptions) ([]CompareTarget, []string, error) 
 			if serr != nil {
 				return nil, nil, serr
 			}
-			out = append(out, CompareTarget{Name: p, Target: t, Source: src})
+			out = append(out, CompareTarget{Name: p, Target: t, Source: src, ConfigFile: config})
 		case PolicyCommand:
 			if o.Command == "" {
 				if names != strings.Join(AllPolicies, ",") {
