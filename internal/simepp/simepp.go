@@ -29,6 +29,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"strconv"
 	"strings"
 
@@ -190,7 +191,13 @@ func (p *Picker) Pick(r *sim.Request) (int, sim.Flight, error) {
 	}
 	// The flight keeps what reference/extproc keeps for the response phase, the request and the
 	// pick, and lets the scheduling result (every candidate's snapshot) go.
-	return i, &flight{p: p, req: res.Request, target: res.Targets[0], ep: p.env.Endpoints[i], id: r.Arrival}, nil
+	f := &flight{p: p, req: res.Request, target: res.Targets[0], ep: p.env.Endpoints[i], id: r.Arrival, predictedTTFT: math.NaN()}
+	if prim := res.Scheduling.Primary(); prim != nil && len(prim.TargetEndpoints) > 0 {
+		if info, ok := framework.AttributeAs[*latency.LatencyPredictionInfo](prim.TargetEndpoints[0], latency.LatencyPredictionInfoKey); ok && info != nil {
+			f.predictedTTFT = info.TTFT
+		}
+	}
+	return i, f, nil
 }
 
 // flight is one dispatched request's response phase.
@@ -202,6 +209,17 @@ type flight struct {
 	id     int
 	resp   *framework.Response
 	usage  *extproc.UsageParser
+	// predictedTTFT is the producer's TTFT prediction (ms) for the picked endpoint, NaN when the
+	// primary profile's pick carries none.
+	predictedTTFT float64
+}
+
+var _ sim.PredictingFlight = (*flight)(nil)
+
+// PredictedTTFTMs implements sim.PredictingFlight: the predicted-latency-producer's TTFT for
+// the picked endpoint (its LatencyPredictionInfo on the primary profile's first target).
+func (f *flight) PredictedTTFTMs() (float64, bool) {
+	return f.predictedTTFT, !math.IsNaN(f.predictedTTFT)
 }
 
 // header opens the response as reference/extproc does on response headers.

@@ -80,6 +80,18 @@ func TestPredictedLatencyLearnsFromTheResponses(t *testing.T) {
 	if !prod.PredictorReady() || st.Predicted == 0 {
 		t.Errorf("seed %d: predictor ready %v, %d requests predicted of %d", seed, prod.PredictorReady(), st.Predicted, st.Predicted+st.Unpredicted)
 	}
+	// The flights report the producer's predictions back, so the result compares them with the
+	// outcomes per endpoint.
+	predicted := 0
+	for _, row := range res.Predictions {
+		predicted += row.Predicted
+		if row.Predicted > 0 && !(row.MeanPredictedTTFTMs > 0) {
+			t.Errorf("seed %d: %s: %d predictions with mean %v ms", seed, row.Endpoint, row.Predicted, row.MeanPredictedTTFTMs)
+		}
+	}
+	if predicted == 0 || int64(predicted) > st.Predicted {
+		t.Errorf("seed %d: %d predictions compared with outcomes, producer predicted %d requests", seed, predicted, st.Predicted)
+	}
 	for _, ep := range sim.Fleet(4, nil) {
 		if n, tokens := prod.InFlight(ep.Key()); n != 0 || tokens != 0 {
 			t.Errorf("seed %d: %s still has %d requests and %d prompt tokens in flight after the run", seed, ep.Key(), n, tokens)

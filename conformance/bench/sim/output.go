@@ -44,6 +44,7 @@ func PrintResult(w io.Writer, r *Result, o bench.BlockOptions) {
 	} else {
 		PrintEndpointSummary(w, r.Result)
 	}
+	PrintPredictions(w, r.Predictions)
 	d := r.Decisions
 	fmt.Fprintf(w, "\nscheduling decisions (real time on this machine): %d, CPU per decision mean %.1f µs (p50 %.1f, p99 %.1f), wall mean %.1f µs\n",
 		d.N, d.CPUMeanUs, d.CPUP50Us, d.CPUP99Us, d.WallMeanUs)

@@ -160,6 +160,9 @@ type Result struct {
 	VirtualSeconds float64 `json:"virtual_seconds"`
 	WallSeconds    float64 `json:"wall_seconds"`
 	Events         int64   `json:"events"`
+	// Predictions compares the picker's TTFT predictions with the outcomes per endpoint; nil when
+	// the picker made none (PredictingFlight).
+	Predictions []PredictionRow `json:"predictions,omitempty"`
 }
 
 // Fleet returns the simulated endpoints of a fleet of size n with profiles cycled (nil: frozen).
@@ -217,7 +220,9 @@ type run struct {
 	flights map[*engine.Sequence]*inflight
 
 	outcomes []bench.Outcome
-	samples  []bench.Sample
+	// predicted is each outcome's predicted TTFT at the picked endpoint (ms; NaN: none).
+	predicted []float64
+	samples   []bench.Sample
 	// The fakes' own TTFT and queue-time histograms (sums in seconds, counts).
 	ttftSum, queueSum []float64
 	ttftCount         []float64
@@ -266,6 +271,10 @@ func Run(ctx context.Context, cfg Config, picker Picker) (*Result, error) {
 	}
 	defer picker.Close()
 	r.outcomes = make([]bench.Outcome, len(arrivals))
+	r.predicted = make([]float64, len(arrivals))
+	for i := range r.predicted {
+		r.predicted[i] = math.NaN()
+	}
 	r.cpu = make([]float64, 0, len(arrivals))
 	r.wall = make([]float64, 0, len(arrivals))
 	if cfg.Progress != nil {
@@ -456,6 +465,11 @@ func (r *run) arrive(ai int, a bench.Arrival, req bench.Request) {
 		return
 	}
 	o.Endpoint = r.env.Endpoints[i].Name
+	if pf, ok := fl.(PredictingFlight); ok {
+		if v, ok := pf.PredictedTTFTMs(); ok {
+			r.predicted[ai] = v
+		}
+	}
 	s, err := r.engines[i].Submit(context.Background(), engine.Request{ID: strconv.Itoa(ai), Model: r.env.BaseModel, LoRA: req.Model,
 		Prompt: req.Prompt, MaxTokens: req.OutputTokens})
 	r.drain(i)
@@ -520,6 +534,7 @@ func (r *run) result(spec bench.Spec, arrivals []bench.Arrival, wall time.Durati
 	}
 	bench.SetEndpointProfiles(br, byName)
 	res.Decisions = decisionCost(r.cpu, r.wall)
+	res.Predictions = predictionRows(r.env.Endpoints, r.outcomes, r.predicted)
 	res.DecisionCPUUs = r.cpu
 	bench.SetGoodput(br, r.cfg.Goodput)
 	return res

@@ -3,6 +3,7 @@ package latency
 import (
 	"encoding/json"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 
@@ -144,5 +145,63 @@ func TestParameterErrorsNameTheField(t *testing.T) {
 				t.Fatalf("err = %v, want one naming %s", err, tc.field)
 			}
 		})
+	}
+}
+
+// TestCalibrationKeepsTheObjective: the per-endpoint factor is the q-quantile of the newest
+// CalibrationWindow ratios actual/predicted (so about q of them fall within the calibrated
+// prediction), their geometric mean for the mean objective, and 1 below three samples.
+func TestCalibrationKeepsTheObjective(t *testing.T) {
+	var r logRatios
+	r.add(50, 100)
+	r.add(50, 100)
+	if f := r.factor(0.9); f != 1 {
+		t.Errorf("two samples: factor %v, want 1", f)
+	}
+	r = logRatios{}
+	// Ratios 0.5, 0.55, …, 1.45 (20 values): the 0.9-quantile interpolates the 18th and 19th
+	// smallest (1.35, 1.4) at 0.1 of the way: ln-space, so exp(ln 1.35 + 0.1·(ln 1.4 − ln 1.35)).
+	for i := 19; i >= 0; i-- {
+		r.add(0.5+0.05*float64(i), 1)
+	}
+	want := math.Exp(math.Log(1.35) + 0.1*(math.Log(1.4)-math.Log(1.35)))
+	if f := r.factor(0.9); math.Abs(f-want) > 1e-9 {
+		t.Errorf("q=0.9: factor %v, want %v", f, want)
+	}
+	covered := 0
+	for i := 0; i < 20; i++ {
+		if 0.5+0.05*float64(i) <= r.factor(0.9) {
+			covered++
+		}
+	}
+	if covered != 18 {
+		t.Errorf("%d of 20 ratios within the 0.9 factor, want 18", covered)
+	}
+	var logSum float64
+	for i := 0; i < 20; i++ {
+		logSum += math.Log(0.5 + 0.05*float64(i))
+	}
+	if f, want := r.factor(0), math.Exp(logSum/20); math.Abs(f-want) > 1e-9 {
+		t.Errorf("mean objective: factor %v, want the geometric mean %v", f, want)
+	}
+	// The window keeps the newest 20: 20 more ratios of 2 replace every older one.
+	for i := 0; i < CalibrationWindow; i++ {
+		r.add(2, 1)
+	}
+	if f := r.factor(0.9); math.Abs(f-2) > 1e-9 {
+		t.Errorf("after 20 ratios of 2: factor %v, want 2", f)
+	}
+	r.add(0, 1) // not a measurement: ignored
+	r.add(1, 0)
+	if r.n != CalibrationWindow || math.Abs(r.factor(0.5)-2) > 1e-9 {
+		t.Errorf("zero values changed the window: n %d, factor %v", r.n, r.factor(0.5))
+	}
+	for _, tc := range []struct {
+		p    InProcessParameters
+		want float64
+	}{{InProcessParameters{}, 0.9}, {InProcessParameters{Quantile: 0.75}, 0.75}, {InProcessParameters{Objective: "mean", Quantile: 0.75}, 0}} {
+		if got := calibrationQuantile(tc.p); got != tc.want {
+			t.Errorf("calibrationQuantile(%+v) = %v, want %v", tc.p, got, tc.want)
+		}
 	}
 }

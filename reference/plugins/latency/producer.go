@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -60,12 +61,15 @@ type ProducerParameters struct {
 	// TRAINING_SERVER_URL); required with PredictionServerURLs.
 	TrainingServerURL string `json:"trainingServerURL,omitempty"`
 
-	// PerEndpointCalibration [eppkit] (default true) scales each endpoint's predictions by the
-	// running mean ratio actual/predicted of its own recent requests (geometric mean, weight of
-	// the newest sample ≥ 1/CalibrationWindow). The predictor's features describe load, not the
-	// endpoint, so a pool-wide model predicts the same latency for a fast and a slow server under
-	// equal load; calibration is what lets a heterogeneous fleet route by speed (SPEC §6
-	// PredictedLatency). Upstream has no such step.
+	// PerEndpointCalibration [eppkit] (default true) scales each endpoint's predictions by a
+	// factor learnt from the ratios actual/predicted of its own last CalibrationWindow requests,
+	// chosen so the calibrated prediction keeps the predictor's objective on that endpoint: with
+	// the quantile objective (the default, q = InProcess.Quantile or 0.9) the factor is the
+	// ratios' q-quantile, so about q of the endpoint's requests finish within the prediction;
+	// with the mean objective it is their geometric mean. The predictor's features describe
+	// load, not the endpoint, so a pool-wide model predicts the same latency for a fast and a
+	// slow server under equal load; calibration is what lets a heterogeneous fleet route by speed
+	// (SPEC §6 PredictedLatency). Upstream has no such step.
 	PerEndpointCalibration bool `json:"perEndpointCalibration"`
 	// InProcess [eppkit] tunes the in-process predictor (ignored with the HTTP client).
 	InProcess InProcessParameters `json:"inProcess"`
@@ -92,33 +96,66 @@ func DefaultProducerParameters() ProducerParameters {
 	return ProducerParameters{SLOBufferFactor: 1, PredictInPrepareData: true, PerEndpointCalibration: true}
 }
 
-// CalibrationWindow is the effective window, in requests, of the per-endpoint calibration: the
-// newest ratio has weight max(1/n, 1/CalibrationWindow) after n samples.
+// calibrationQuantile is the quantile the per-endpoint calibration keeps: the predictor's (its
+// Quantile, default predictor.DefaultQuantile), or 0 for the mean objective.
+func calibrationQuantile(p InProcessParameters) float64 {
+	switch {
+	case p.Objective == predictor.ObjectiveMean:
+		return 0
+	case p.Quantile > 0:
+		return p.Quantile
+	}
+	return predictor.DefaultQuantile
+}
+
+// CalibrationWindow is how many of an endpoint's newest requests its calibration learns from.
 const CalibrationWindow = 20
 
 // minCalibrationSamples is how many samples an endpoint needs before its ratio is applied.
 const minCalibrationSamples = 3
 
-// calibration is an endpoint's running mean of ln(actual/predicted), per target.
+// calibration is an endpoint's newest ln(actual/predicted) values, per target.
 type calibration struct {
-	ttftLog, tpotLog float64
-	ttftN, tpotN     int
+	ttft, tpot logRatios
 }
 
-func (c *calibration) factor(logv float64, n int) float64 {
-	if n < minCalibrationSamples {
-		return 1
-	}
-	return math.Exp(logv)
+// logRatios is a ring of the newest CalibrationWindow values of ln(actual/predicted).
+type logRatios struct {
+	v    [CalibrationWindow]float64
+	n    int // values held, ≤ CalibrationWindow
+	next int // where the next value goes
 }
 
-func updateLog(cur *float64, n *int, actual, predicted float64) {
+func (r *logRatios) add(actual, predicted float64) {
 	if !(actual > 0) || !(predicted > 0) {
 		return
 	}
-	*n++
-	w := max(1/float64(*n), 1.0/CalibrationWindow)
-	*cur += w * (math.Log(actual/predicted) - *cur)
+	r.v[r.next] = math.Log(actual / predicted)
+	r.next = (r.next + 1) % CalibrationWindow
+	r.n = min(r.n+1, CalibrationWindow)
+}
+
+// factor is the multiplier of the predictions: 1 below minCalibrationSamples; exp of the
+// q-quantile of the held values (linear interpolation between order statistics) when q is in
+// (0,1), exp of their mean when q is 0 (the mean objective).
+func (r *logRatios) factor(q float64) float64 {
+	if r.n < minCalibrationSamples {
+		return 1
+	}
+	vs := make([]float64, r.n)
+	copy(vs, r.v[:r.n])
+	if q <= 0 {
+		var s float64
+		for _, x := range vs {
+			s += x
+		}
+		return math.Exp(s / float64(len(vs)))
+	}
+	slices.Sort(vs)
+	pos := q * float64(len(vs)-1)
+	lo := int(math.Floor(pos))
+	hi := min(lo+1, len(vs)-1)
+	return math.Exp(vs[lo] + (pos-float64(lo))*(vs[hi]-vs[lo]))
 }
 
 // Validate returns an error naming the first invalid field.
@@ -228,7 +265,10 @@ type Producer struct {
 	flights   map[string]*flight
 	endpoints map[string]*endpointLoad
 	calib     map[string]*calibration
-	known     func() []*framework.EndpointMetadata
+	// calibQ is the quantile the calibration keeps (0: the mean objective); see
+	// PerEndpointCalibration.
+	calibQ float64
+	known  func() []*framework.EndpointMetadata
 
 	predicted, unpredicted, predictErrors atomic.Int64
 	trainEntries, trainErrors             atomic.Int64
@@ -283,6 +323,7 @@ func NewProducer(name string, params ProducerParameters, pred predictor.Predicto
 		endpoints: map[string]*endpointLoad{},
 		calib:     map[string]*calibration{},
 		known:     h.Endpoints,
+		calibQ:    calibrationQuantile(params.InProcess),
 	}
 	p.stateKey = ProducerType + "/" + p.typedName.Name
 	for field, set := range map[string]bool{
@@ -440,8 +481,8 @@ func (p *Producer) features(ep *framework.Endpoint, inputTokens int) predictor.P
 // info turns one prediction into the attribute. p.mu must be held.
 func (p *Producer) info(key string, slo SLO, pred predictor.PredictionResponse) *LatencyPredictionInfo {
 	if c := p.calib[key]; c != nil && p.params.PerEndpointCalibration {
-		pred.TTFT *= c.factor(c.ttftLog, c.ttftN)
-		pred.TPOT *= c.factor(c.tpotLog, c.tpotN)
+		pred.TTFT *= c.ttft.factor(p.calibQ)
+		pred.TPOT *= c.tpot.factor(p.calibQ)
 	}
 	budget := slo.TPOT * p.params.SLOBufferFactor
 	l := p.endpoints[key]
@@ -682,17 +723,15 @@ func (p *Producer) calibrate(f *flight, entries []predictor.TrainingEntry) {
 		return c
 	}
 	if ttft > 0 && f.predTTFT > 0 {
-		c := get(f.ttftKey)
-		updateLog(&c.ttftLog, &c.ttftN, ttft, f.predTTFT)
+		get(f.ttftKey).ttft.add(ttft, f.predTTFT)
 	}
 	if tpot > 0 && f.predTPOT > 0 {
-		c := get(f.endpoint)
-		updateLog(&c.tpotLog, &c.tpotN, tpot, f.predTPOT)
+		get(f.endpoint).tpot.add(tpot, f.predTPOT)
 	}
 }
 
 // Calibration returns the factors applied to an endpoint's predicted TTFT and TPOT (1 when
-// calibration is off or the endpoint has fewer than 3 samples).
+// calibration is off or the endpoint has fewer than 3 samples; see PerEndpointCalibration).
 func (p *Producer) Calibration(key string) (ttft, tpot float64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -700,7 +739,7 @@ func (p *Producer) Calibration(key string) (ttft, tpot float64) {
 	if c == nil || !p.params.PerEndpointCalibration {
 		return 1, 1
 	}
-	return c.factor(c.ttftLog, c.ttftN), c.factor(c.tpotLog, c.tpotN)
+	return c.ttft.factor(p.calibQ), c.tpot.factor(p.calibQ)
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
