@@ -69,6 +69,7 @@ type Collector struct {
 	interval, stale, timeout time.Duration
 	path                     string
 	specs                    specs
+	families                 familySet // the families specs reads (filter.go)
 	client                   *http.Client
 	direct                   bool // scrape with directGet (Config.HTTPClient not set); see scrape.go
 	clock                    clock.WithTicker
@@ -96,7 +97,9 @@ type scraper struct {
 	// Used only by the scraper's own goroutine: the last body read and what it parsed to, so an
 	// unchanged body (pinned or idle metrics) is not parsed again.
 	buf       []byte
-	lastBody  []byte
+	kept      []byte // the lines of buf's families the specs read (filter.go)
+	keptLines []int  // kept's line numbers in buf
+	lastBody  []byte // the kept lines last parsed
 	lastFresh *framework.Metrics
 	lastErr   error
 
@@ -150,7 +153,7 @@ func New(cfg Config) (*Collector, error) {
 	if err != nil {
 		return nil, fmt.Errorf("datalayer: %w", err)
 	}
-	c.specs = sp
+	c.specs, c.families = sp, sp.families()
 	if c.client == nil {
 		c.client = defaultHTTPClient()
 		c.direct = true
@@ -378,27 +381,34 @@ func (c *Collector) fetchHTTP(ctx context.Context, s *scraper) (*framework.Metri
 	return c.parse(s)
 }
 
-// parse turns the body in s.buf into metrics, reusing the last result when the body is
-// byte-identical to the last one parsed.
+// parse turns the body in s.buf into metrics: it keeps the lines of the families the specs read
+// (keepFamilies) and parses those, reusing the last result when they are byte-identical to the
+// last ones parsed. A parse error names the line of the page.
 func (c *Collector) parse(s *scraper) (*framework.Metrics, error) {
 	url := s.url
-	if s.lastFresh != nil && bytes.Equal(s.buf, s.lastBody) {
+	s.kept, s.keptLines = keepFamilies(s.kept[:0], s.keptLines[:0], s.buf, c.families)
+	if s.lastFresh != nil && bytes.Equal(s.kept, s.lastBody) {
 		// A new value (scrapeOnce stamps it) sharing the adapter sets: stored metrics are never
 		// modified, and Metrics hands out deep copies.
 		again := *s.lastFresh
 		return &again, s.lastErr
 	}
 	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(bytes.NewReader(s.buf))
+	fams, err := parser.TextToMetricFamilies(bytes.NewReader(s.kept))
 	if err != nil {
 		s.lastFresh = nil
+		var pe expfmt.ParseError
+		if errors.As(err, &pe) {
+			pe.Line = pageLine(s.keptLines, pe.Line)
+			err = pe
+		}
 		return nil, fmt.Errorf("scrape %s: parse text format: %w", url, err)
 	}
 	m, err := extract(fams, c.specs)
 	if err != nil {
 		err = fmt.Errorf("scrape %s: %w", url, err)
 	}
-	s.lastBody = append(s.lastBody[:0], s.buf...)
+	s.lastBody = append(s.lastBody[:0], s.kept...)
 	last := *m // m itself is stamped by scrapeOnce; the adapter sets are shared read-only
 	s.lastFresh, s.lastErr = &last, err
 	return m, err
