@@ -48,42 +48,41 @@ func StartFleet(n int) (*Fleet, error) {
 	if err != nil {
 		return nil, err
 	}
-	var lastErr error
-	for attempt := 0; attempt < 5; attempt++ {
-		f, err := listenFleet(pages)
-		if err == nil {
-			return f, nil
-		}
-		lastErr = err
+	const ctype = "text/plain; version=0.0.4; charset=utf-8"
+	answers := make([][][]byte, n)
+	for i, page := range pages {
+		answers[i] = [][]byte{httpAnswer("200 OK", ctype, page)}
 	}
-	return nil, fmt.Errorf("metrics servers on 127.1.x.y: %w", lastErr)
+	return serveFleet(answers)
 }
 
-func listenFleet(pages [][]byte) (*Fleet, error) {
-	first, err := net.Listen("tcp", net.JoinHostPort(Addr(0), "0"))
-	if err != nil {
-		return nil, err
-	}
-	port := first.Addr().(*net.TCPAddr).Port
-	f := &Fleet{}
-	lns := []net.Listener{first}
-	for i := 1; i < len(pages); i++ {
-		ln, err := net.Listen("tcp", net.JoinHostPort(Addr(i), strconv.Itoa(port)))
+// serveFleet serves answers[i] (one precomputed HTTP answer, or several in rotation) on Addr(i),
+// one free port shared by all, retrying a few times when another process took the port on one
+// of the addresses first.
+func serveFleet(answers [][][]byte) (*Fleet, error) {
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		lns, err := listenLoopback(len(answers))
 		if err != nil {
-			for _, l := range lns {
-				_ = l.Close()
-			}
-			return nil, err
+			lastErr = err
+			continue
 		}
-		lns = append(lns, ln)
+		f := &Fleet{}
+		for i, ln := range lns {
+			var srv *PageServer
+			if len(answers[i]) == 1 {
+				srv = NewPageServer(ln, "/metrics", "", nil)
+				srv.page = answers[i][0]
+			} else {
+				srv = newRotatingServer(ln, "/metrics", answers[i])
+			}
+			f.srvs = append(f.srvs, srv)
+			f.Addrs = append(f.Addrs, ln.Addr().String())
+			go srv.Serve()
+		}
+		return f, nil
 	}
-	for i, ln := range lns {
-		srv := NewPageServer(ln, "/metrics", "text/plain; version=0.0.4; charset=utf-8", pages[i])
-		f.srvs = append(f.srvs, srv)
-		f.Addrs = append(f.Addrs, ln.Addr().String())
-		go srv.Serve()
-	}
-	return f, nil
+	return nil, fmt.Errorf("metrics servers on 127.1.x.y: %w", lastErr)
 }
 
 // Close stops every server.
@@ -102,6 +101,7 @@ type PageServer struct {
 	ln            net.Listener
 	pagePath      string
 	page, missing []byte
+	rot           *rotation // non-nil: successive answers instead of page (NewRotatingPageServer)
 
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
@@ -198,6 +198,9 @@ func (p *PageServer) handle(c net.Conn) {
 			return
 		}
 		answer := p.page
+		if ok && p.rot != nil {
+			answer = p.rot.next()
+		}
 		if !ok {
 			answer = p.missing
 		}
