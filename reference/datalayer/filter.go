@@ -57,12 +57,15 @@ func (f familySet) wants(name []byte) bool {
 // name the line of the page), and returns both. Blank lines and comments other than HELP and
 // TYPE are dropped.
 //
-// Cost: a family's lines follow each other (a histogram's buckets, every series of a label set),
-// so a sample line that starts with the previous sample line's name takes the previous decision
-// after one prefix comparison; names are looked up only where they change.
+// Cost: a family's lines follow each other, after its HELP and TYPE lines, so a sample line whose
+// name is that family's (or its name with a sample suffix) takes the family's decision after a
+// prefix comparison, and a line with the previous line's name takes that line's; names are looked
+// up only where neither holds. On a realistic vLLM page (about 300 KB, fakes/metricspage) this
+// and expfmt on the kept lines take 0.4 ms against 20 ms for expfmt on the whole page
+// (BenchmarkParseRealisticPage, 2026-12-03, on the loaded 2-core machine).
 func keepFamilies(dst []byte, lines []int, body []byte, f familySet) ([]byte, []int) {
-	var prev []byte // the previous sample line's name
-	prevKeep := false
+	var fam, prev []byte // the family of the last HELP/TYPE line; the previous sample line's name
+	famKeep, prevKeep := false, false
 	for n := 1; len(body) > 0; n++ {
 		var line []byte
 		if i := bytes.IndexByte(body, '\n'); i >= 0 {
@@ -70,10 +73,22 @@ func keepFamilies(dst []byte, lines []int, body []byte, f familySet) ([]byte, []
 		} else {
 			line, body = body, nil
 		}
-		keep := false
-		if len(prev) > 0 && len(line) > len(prev) && bytes.HasPrefix(line, prev) && isNameEnd(line[len(prev)]) {
+		var keep bool
+		switch {
+		case line[0] == '#':
+			var name []byte
+			keep, name = keepComment(line, f)
+			if name != nil {
+				fam, famKeep = name, keep
+				if f.extends(name) {
+					fam = nil // a wanted name extends this one: decide its lines one by one
+				}
+			}
+		case len(fam) > 0 && inFamily(line, fam):
+			keep = famKeep
+		case len(prev) > 0 && len(line) > len(prev) && bytes.HasPrefix(line, prev) && isNameEnd(line[len(prev)]):
 			keep = prevKeep
-		} else {
+		default:
 			var name []byte
 			keep, name = keepLine(line, f)
 			prev, prevKeep = name, keep
@@ -86,8 +101,61 @@ func keepFamilies(dst []byte, lines []int, body []byte, f familySet) ([]byte, []
 	return dst, lines
 }
 
-// isNameEnd reports whether c ends a sample line's metric name.
-func isNameEnd(c byte) bool { return c == '{' || c == ' ' || c == '\t' }
+// extends reports whether f holds a name that is name with a sample suffix (a selector of
+// "X_total" under "# TYPE X counter").
+func (f familySet) extends(name []byte) bool {
+	for k := range f {
+		if len(k) > len(name) && k[:len(name)] == string(name) {
+			return true
+		}
+	}
+	return false
+}
+
+// inFamily reports whether a sample line's metric name (at its first byte) is fam or fam with a
+// sample suffix.
+func inFamily(line, fam []byte) bool {
+	if len(line) <= len(fam) || !bytes.HasPrefix(line, fam) {
+		return false
+	}
+	rest := line[len(fam):]
+	if isNameEnd(rest[0]) {
+		return true
+	}
+	if rest[0] != '_' {
+		return false
+	}
+	for _, suf := range sampleSuffixes {
+		if len(rest) > len(suf) && string(rest[:len(suf)]) == suf && isNameEnd(rest[len(suf)]) {
+			return true
+		}
+	}
+	return false
+}
+
+// keepComment decides a comment line: HELP and TYPE lines of families in f are kept, other
+// comments dropped. name is the family a HELP or TYPE line names (nil otherwise, or when quoted).
+func keepComment(line []byte, f familySet) (keep bool, name []byte) {
+	rest, ok := bytes.CutPrefix(line, []byte("# HELP "))
+	if !ok {
+		if rest, ok = bytes.CutPrefix(line, []byte("# TYPE ")); !ok {
+			return keepLine(line, f) // other spacing, or a plain comment
+		}
+	}
+	rest = bytes.TrimLeft(rest, " \t")
+	if len(rest) == 0 {
+		return false, nil
+	}
+	if rest[0] == '"' {
+		return true, nil // a quoted name: let the parser read it
+	}
+	end := bytes.IndexAny(rest, " \t\r\n")
+	if end < 0 {
+		end = len(rest)
+	}
+	name = rest[:end]
+	return f.wants(name), name
+}
 
 // pageLine maps line k (1-based) of the kept text back to its line of the page; k past the end
 // (the parser's "unexpected end of input") maps to the page's last kept line.
@@ -137,3 +205,6 @@ func keepLine(line []byte, f familySet) (keep bool, name []byte) {
 func isNameStart(c byte) bool {
 	return c == '_' || c == ':' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
 }
+
+// isNameEnd reports whether c ends a sample line's metric name.
+func isNameEnd(c byte) bool { return c == '{' || c == ' ' || c == '\t' }

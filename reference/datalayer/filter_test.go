@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/eppkit/eppkit/fakes/metricspage"
 	"github.com/eppkit/eppkit/fakes/vllm"
 	"github.com/eppkit/eppkit/reference/framework"
 )
@@ -133,4 +134,42 @@ func TestKeepFamiliesErrors(t *testing.T) {
 	if err != nil || m.WaitingQueueSize != 1 || m.RunningRequests != 2 {
 		t.Errorf("malformed unread family: metrics %+v, error %v; want the read families and no error", m, err)
 	}
+}
+
+// BenchmarkParseRealisticPage parses one realistic vLLM page (fakes/metricspage, about 300 KB)
+// whole with expfmt, and through keepFamilies then expfmt as the collector does.
+func BenchmarkParseRealisticPage(b *testing.B) {
+	pages, err := metricspage.RenderRealisticPages(1, 2, metricspage.RealisticOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	page := pages[0][1]
+	sp, err := DefaultMetricNames().compile()
+	if err != nil {
+		b.Fatal(err)
+	}
+	fams := sp.families()
+	b.Run("expfmt-whole-page", func(b *testing.B) {
+		b.SetBytes(int64(len(page)))
+		b.ReportAllocs()
+		for b.Loop() {
+			parser := expfmt.NewTextParser(model.UTF8Validation)
+			if _, err := parser.TextToMetricFamilies(bytes.NewReader(page)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("keepFamilies+expfmt", func(b *testing.B) {
+		b.SetBytes(int64(len(page)))
+		b.ReportAllocs()
+		var kept []byte
+		var lines []int
+		for b.Loop() {
+			kept, lines = keepFamilies(kept[:0], lines[:0], page, fams)
+			parser := expfmt.NewTextParser(model.UTF8Validation)
+			if _, err := parser.TextToMetricFamilies(bytes.NewReader(kept)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
