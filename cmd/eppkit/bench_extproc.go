@@ -37,13 +37,16 @@ for every --endpoint-counts value (default 10,100,1000) and measures every --pro
 (default 2048,32768 bytes) against it, with the load flags above per cell, and prints one table
 with decisions/s, latency percentiles and the EPP's CPU per decision, plus reference ÷ upstream
 ratios. The endpoints are metrics-only servers on loopback addresses 127.1.x.y sharing one port,
-each serving a fake vLLM's gauge-only /metrics page (pinned: queue i%5, running i%7, KV (i%10)/10),
-scraped every --refresh-metrics-interval. The reference EPP gets the list with --endpoints; the
+scraped every --refresh-metrics-interval, serving --metrics-pages: minimal, a fake vLLM's
+gauge-only /metrics page (pinned: queue i%5, running i%7, KV (i%10)/10), and/or realistic, a page
+shaped like a real vLLM v1 server's (about 300 KB) that changes on every scrape; the matrix runs
+once per page kind. Before its decisions each EPP only scrapes for a few seconds, and the table
+reports the CPU that cost (µs per endpoint per second). The reference EPP gets the list with --endpoints; the
 upstream EPP v1.5.0 (--upstream-epp, default: eppkit tools path gie epp) discovers it from an
 InferencePool with one Ready Pod per endpoint on a local kube-apiserver (eppkit tools build k8s).
 The null target (eppkit bench null-epp) answers the protocol correctly and decides nothing
 (round-robin, no scraping, body unparsed): its row is the floor that gRPC, the loopback, this
-driver and the machine's scheduler set, and the table then shows every other target minus it.`,
+driver and the machine's scheduler set, and the table then shows every other target against it.`,
 		Args:         cobra.NoArgs,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -105,6 +108,7 @@ driver and the machine's scheduler set, and the table then shows every other tar
 	fl.BoolVar(&asJSON, "json", false, "Print the report as JSON")
 	fl.StringVar(&mf.targets, "targets", "", "Matrix mode: EPPs to start and measure, comma-separated: reference, upstream, null (the do-nothing floor) (excludes --epp)")
 	fl.StringVar(&mf.counts, "endpoint-counts", "10,100,1000", "Matrix mode: pool sizes, comma-separated")
+	fl.StringVar(&mf.pages, "metrics-pages", extproc.PagesMinimal, "Matrix mode: the endpoints' /metrics pages, comma-separated: minimal (a fake vLLM's gauge-only page, the same every scrape), realistic (a real vLLM v1 page: every family and histogram bucket, 2 engines, 4 LoRA adapters, about 300 KB, values changing every scrape)")
 	fl.StringVar(&mf.sizes, "prompt-sizes", "2048,32768", "Matrix mode: prompt lengths in bytes, comma-separated (overrides --prompt-bytes)")
 	fl.DurationVar(&mf.m.RefreshInterval, "refresh-metrics-interval", time.Second, "Matrix mode: the EPPs' metrics scrape interval (both EPPs default to 50ms; 1,000 endpoints at 50ms is 20,000 scrapes/s)")
 	fl.StringVar(&mf.m.UpstreamEPP, "upstream-epp", "", "Matrix mode: upstream EPP binary (default: the tools cache's gie epp)")
@@ -118,8 +122,8 @@ var errMatrixAndEPP = errors.New("--epp and --targets cannot both be set: --epp 
 
 // matrixFlags holds the raw flag values of the matrix mode.
 type matrixFlags struct {
-	targets, counts, sizes string
-	m                      extproc.MatrixOptions
+	targets, counts, sizes, pages string
+	m                             extproc.MatrixOptions
 }
 
 func (f *matrixFlags) options(bench extproc.Options) (extproc.MatrixOptions, error) {
@@ -128,6 +132,11 @@ func (f *matrixFlags) options(bench extproc.Options) (extproc.MatrixOptions, err
 	for _, t := range strings.Split(f.targets, ",") {
 		if t = strings.TrimSpace(t); t != "" {
 			m.Targets = append(m.Targets, t)
+		}
+	}
+	for _, k := range strings.Split(f.pages, ",") {
+		if k = strings.TrimSpace(k); k != "" {
+			m.Pages = append(m.Pages, k)
 		}
 	}
 	var err error

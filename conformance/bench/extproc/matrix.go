@@ -33,10 +33,31 @@ const (
 	TargetNull = "null"
 )
 
+// Metrics page kinds of the matrix's endpoints (--metrics-pages).
+const (
+	// PagesMinimal is the gauge-only page of a fake vLLM with pinned metrics (a few KB, the same
+	// on every scrape): what the EPP must read and little else.
+	PagesMinimal = "minimal"
+	// PagesRealistic is a page shaped like a real vLLM v1 server's (fakes/metricspage
+	// RealisticOptions defaults: every family, histograms with all buckets, two engines and four
+	// LoRA adapters, about 300 KB) whose values change on every scrape.
+	PagesRealistic = "realistic"
+)
+
+// scrapeWindow is how long the matrix watches an EPP that is only scraping (no decisions) to
+// measure its scrape cost; at least scrapeWindowIntervals refresh intervals.
+const (
+	scrapeWindow          = 3 * time.Second
+	scrapeWindowIntervals = 20
+)
+
 // MatrixOptions configure a picker-overhead matrix: every target × endpoint count × prompt size,
 // each cell one Options run against an EPP this command starts.
 type MatrixOptions struct {
-	Targets         []string
+	Targets []string
+	// Pages are the metrics page kinds to run the whole matrix with (PagesMinimal,
+	// PagesRealistic; default minimal).
+	Pages           []string
 	EndpointCounts  []int
 	PromptSizes     []int
 	RefreshInterval time.Duration
@@ -51,16 +72,22 @@ type MatrixOptions struct {
 
 // MatrixCell is one measured cell.
 type MatrixCell struct {
-	Target      string  `json:"target"`
-	Endpoints   int     `json:"endpoints"`
-	PromptBytes int     `json:"prompt_bytes"`
-	Report      *Report `json:"report,omitempty"`
-	Error       string  `json:"error,omitempty"`
+	Target      string `json:"target"`
+	Pages       string `json:"pages"`
+	Endpoints   int    `json:"endpoints"`
+	PromptBytes int    `json:"prompt_bytes"`
+	// ScrapeCPUUsPerEndpointSecond is the EPP's CPU time (µs) per endpoint per second while it
+	// only scraped, before this row's decisions (the same for every cell of a row; -1 when it
+	// could not be read): what keeping the pool's metrics costs at this page kind and interval.
+	ScrapeCPUUsPerEndpointSecond float64 `json:"scrape_cpu_us_per_endpoint_second"`
+	Report                       *Report `json:"report,omitempty"`
+	Error                        string  `json:"error,omitempty"`
 }
 
 // MatrixRatio compares the reference with the upstream EPP in one (endpoints, prompt) cell:
 // reference ÷ upstream for each figure.
 type MatrixRatio struct {
+	Pages              string  `json:"pages"`
 	Endpoints          int     `json:"endpoints"`
 	PromptBytes        int     `json:"prompt_bytes"`
 	DecisionsPerSecond float64 `json:"decisions_per_second"`
@@ -73,12 +100,15 @@ type MatrixRatio struct {
 // EPP's figure minus the floor's. The latency fields are differences of percentiles (p50 − p50),
 // not percentiles of per-decision differences: a guide to what the decision adds, not a bound.
 type MatrixOverFloor struct {
-	Target         string  `json:"target"`
-	Endpoints      int     `json:"endpoints"`
-	PromptBytes    int     `json:"prompt_bytes"`
-	P50Ms          float64 `json:"latency_p50_ms"`
-	P99Ms          float64 `json:"latency_p99_ms"`
-	CPUPerDecision float64 `json:"epp_cpu_per_decision_ms"`
+	Target string `json:"target"`
+	Pages  string `json:"pages"`
+	// DecisionsPerSecond is the EPP's decisions/s ÷ the floor's (a ratio, unlike the others).
+	DecisionsPerSecond float64 `json:"decisions_per_second_over_null"`
+	Endpoints          int     `json:"endpoints"`
+	PromptBytes        int     `json:"prompt_bytes"`
+	P50Ms              float64 `json:"latency_p50_ms"`
+	P99Ms              float64 `json:"latency_p99_ms"`
+	CPUPerDecision     float64 `json:"epp_cpu_per_decision_ms"`
 }
 
 // MatrixReport is the JSON result of a matrix run.
@@ -123,6 +153,19 @@ func validateMatrix(m *MatrixOptions) error {
 			return fmt.Errorf("--targets: %q listed twice", t)
 		}
 		seen[t] = true
+	}
+	if len(m.Pages) == 0 {
+		m.Pages = []string{PagesMinimal}
+	}
+	seenPages := map[string]bool{}
+	for _, k := range m.Pages {
+		if k != PagesMinimal && k != PagesRealistic {
+			return fmt.Errorf("--metrics-pages: %q is not %s or %s", k, PagesMinimal, PagesRealistic)
+		}
+		if seenPages[k] {
+			return fmt.Errorf("--metrics-pages: %q listed twice", k)
+		}
+		seenPages[k] = true
 	}
 	for _, n := range m.EndpointCounts {
 		if n > metricspage.MaxEndpoints {
@@ -226,8 +269,8 @@ func RunMatrix(ctx context.Context, w io.Writer, m MatrixOptions) (*MatrixReport
 	} else {
 		rep.Mode, rep.Concurrency = "closed", m.Bench.Concurrency
 	}
-	fmt.Fprintf(w, "picker overhead: targets %v, endpoints %v, prompts %v bytes, %s, %v per cell (+%v warm-up), metrics refresh %v; logs in %s\n",
-		m.Targets, m.EndpointCounts, m.PromptSizes, loadDescription(m.Bench), m.Bench.Duration, m.Bench.Warmup, m.RefreshInterval, m.LogDir)
+	fmt.Fprintf(w, "picker overhead: targets %v, metrics pages %v, endpoints %v, prompts %v bytes, %s, %v per cell (+%v warm-up), metrics refresh %v; logs in %s\n",
+		m.Targets, m.Pages, m.EndpointCounts, m.PromptSizes, loadDescription(m.Bench), m.Bench.Duration, m.Bench.Warmup, m.RefreshInterval, m.LogDir)
 
 	var cp *apiserver.ControlPlane
 	defer func() {
@@ -235,29 +278,12 @@ func RunMatrix(ctx context.Context, w io.Writer, m MatrixOptions) (*MatrixReport
 			_ = cp.Stop()
 		}
 	}()
-	for _, n := range m.EndpointCounts {
-		fleet, err := metricspage.StartFleet(n)
-		if err != nil {
-			return nil, err
-		}
-		for _, target := range m.Targets {
-			if target == TargetUpstream && cp == nil {
-				fmt.Fprintf(w, "starting kube-apiserver + etcd for the upstream EPP's InferencePool discovery…\n")
-				ctrllog.SetLogger(logr.Discard()) // envtest's client logs through it; nothing to say here
-				cp, err = apiserver.StartControlPlane(ctx, apiserver.ControlPlaneOptions{Dir: filepath.Join(m.LogDir, "apiserver"), KeepDir: true})
-				if err != nil {
-					fleet.Close()
-					return nil, fmt.Errorf("upstream target: %w", err)
-				}
-			}
-			cells, err := runMatrixRow(ctx, w, m, self, cp, target, fleet)
-			rep.Cells = append(rep.Cells, cells...)
-			if err != nil && ctx.Err() != nil {
-				fleet.Close()
-				return nil, ctx.Err()
+	for _, pages := range m.Pages {
+		for _, n := range m.EndpointCounts {
+			if err := runMatrixFleet(ctx, w, m, self, &cp, rep, pages, n); err != nil {
+				return nil, err
 			}
 		}
-		fleet.Close()
 	}
 	rep.RatiosReferenceUpstream = matrixRatios(rep.Cells)
 	rep.OverNullFloor = matrixOverNull(rep.Cells)
@@ -275,6 +301,41 @@ func RunMatrix(ctx context.Context, w io.Writer, m MatrixOptions) (*MatrixReport
 	return rep, nil
 }
 
+// runMatrixFleet starts n endpoints serving pages and runs every target's row against them; it
+// starts the control plane (*cp) the first time the upstream target needs it.
+func runMatrixFleet(ctx context.Context, w io.Writer, m MatrixOptions, self string, cp **apiserver.ControlPlane,
+	rep *MatrixReport, pages string, n int) error {
+	var fleet *metricspage.Fleet
+	var err error
+	switch pages {
+	case PagesRealistic:
+		fmt.Fprintf(w, "rendering %d realistic vLLM pages ×%d variants…\n", n, metricspage.DefaultRealisticVariants)
+		fleet, err = metricspage.StartRealisticFleet(n, metricspage.RealisticOptions{})
+	default:
+		fleet, err = metricspage.StartFleet(n)
+	}
+	if err != nil {
+		return err
+	}
+	defer fleet.Close()
+	for _, target := range m.Targets {
+		if target == TargetUpstream && *cp == nil {
+			fmt.Fprintf(w, "starting kube-apiserver + etcd for the upstream EPP's InferencePool discovery…\n")
+			ctrllog.SetLogger(logr.Discard()) // envtest's client logs through it; nothing to say here
+			*cp, err = apiserver.StartControlPlane(ctx, apiserver.ControlPlaneOptions{Dir: filepath.Join(m.LogDir, "apiserver"), KeepDir: true})
+			if err != nil {
+				return fmt.Errorf("upstream target: %w", err)
+			}
+		}
+		cells, err := runMatrixRow(ctx, w, m, self, *cp, target, pages, fleet)
+		rep.Cells = append(rep.Cells, cells...)
+		if err != nil && ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
 func loadDescription(o Options) string {
 	if o.Rate > 0 {
 		return fmt.Sprintf("open loop %.0f/s (%s)", o.Rate, o.Arrival)
@@ -285,13 +346,13 @@ func loadDescription(o Options) string {
 // runMatrixRow starts one target's EPP on the fleet and measures every prompt size against it.
 // A start failure becomes an error cell per prompt size.
 func runMatrixRow(ctx context.Context, w io.Writer, m MatrixOptions, self string, cp *apiserver.ControlPlane,
-	target string, fleet *metricspage.Fleet) ([]MatrixCell, error) {
+	target, pages string, fleet *metricspage.Fleet) ([]MatrixCell, error) {
 	n := len(fleet.Addrs)
 	fail := func(err error) ([]MatrixCell, error) {
-		fmt.Fprintf(w, "  %s, %d endpoints: %v\n", target, n, err)
+		fmt.Fprintf(w, "  %s, %s pages, %d endpoints: %v\n", target, pages, n, err)
 		var cells []MatrixCell
 		for _, size := range m.PromptSizes {
-			cells = append(cells, MatrixCell{Target: target, Endpoints: n, PromptBytes: size, Error: err.Error()})
+			cells = append(cells, MatrixCell{Target: target, Pages: pages, Endpoints: n, PromptBytes: size, Error: err.Error()})
 		}
 		return cells, err
 	}
@@ -300,7 +361,7 @@ func runMatrixRow(ctx context.Context, w io.Writer, m MatrixOptions, self string
 		return fail(err)
 	}
 	grpcPort, healthPort, metricsPort := ports[0], ports[1], ports[2]
-	logPath := filepath.Join(m.LogDir, fmt.Sprintf("%s-%d.log", target, n))
+	logPath := filepath.Join(m.LogDir, fmt.Sprintf("%s-%s-%d.log", target, pages, n))
 	var p *eppProcess
 	switch target {
 	case TargetReference:
@@ -351,12 +412,22 @@ func runMatrixRow(ctx context.Context, w io.Writer, m MatrixOptions, self string
 	if err := sleepCtx(ctx, m.Settle+2*m.RefreshInterval); err != nil {
 		return fail(err)
 	}
+	scrapeCost, err := scrapeCPU(ctx, p.proc.PID(), n, max(scrapeWindow, scrapeWindowIntervals*m.RefreshInterval))
+	if err != nil {
+		if ctx.Err() != nil {
+			return fail(err)
+		}
+		fmt.Fprintf(w, "  %s: scrape cost not measured: %v\n", target, err)
+		scrapeCost = -1
+	} else {
+		fmt.Fprintf(w, "  %-9s %-9s %5d endpoints  scraping only: %.1f µs CPU per endpoint per second\n", target, pages, n, scrapeCost)
+	}
 	var cells []MatrixCell
 	for _, size := range m.PromptSizes {
 		o := m.Bench
 		o.EPP, o.PromptBytes, o.PID = p.grpcAddr, size, p.proc.PID()
 		r, err := Run(ctx, o)
-		c := MatrixCell{Target: target, Endpoints: n, PromptBytes: size, Report: r}
+		c := MatrixCell{Target: target, Pages: pages, Endpoints: n, PromptBytes: size, Report: r, ScrapeCPUUsPerEndpointSecond: scrapeCost}
 		if err == nil && r != nil {
 			err = ErrNoDecision(r)
 		}
@@ -372,6 +443,24 @@ func runMatrixRow(ctx context.Context, w io.Writer, m MatrixOptions, self string
 	return cells, nil
 }
 
+// scrapeCPU is process pid's CPU time (µs) per endpoint per second over window, while nothing
+// but its metrics scraping (and its own background work) runs: n endpoints.
+func scrapeCPU(ctx context.Context, pid, n int, window time.Duration) (float64, error) {
+	c0, err := processCPU(pid)
+	if err != nil {
+		return 0, err
+	}
+	t0 := time.Now()
+	if err := sleepCtx(ctx, window); err != nil {
+		return 0, err
+	}
+	c1, err := processCPU(pid)
+	if err != nil {
+		return 0, err
+	}
+	return (c1 - c0) * 1e6 / time.Since(t0).Seconds() / float64(n), nil
+}
+
 func sleepCtx(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -384,7 +473,7 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 }
 
 func cellLine(c MatrixCell) string {
-	head := fmt.Sprintf("%-9s %5d endpoints %6d B", c.Target, c.Endpoints, c.PromptBytes)
+	head := fmt.Sprintf("%-9s %-9s %5d endpoints %6d B", c.Target, c.Pages, c.Endpoints, c.PromptBytes)
 	if c.Error != "" {
 		return head + "  error: " + c.Error
 	}
@@ -393,16 +482,19 @@ func cellLine(c MatrixCell) string {
 		head, r.DecisionsPerSec, r.LatencyMs.P50, r.LatencyMs.P99, r.LatencyMs.P999, r.Errors, r.EPPCPUPerDecisionMs, r.LoadAverage)
 }
 
-// matrixRatios pairs reference and upstream cells of equal size.
+// matrixRatios pairs reference and upstream cells of equal pages and size.
 func matrixRatios(cells []MatrixCell) []MatrixRatio {
-	type key struct{ n, size int }
+	type key struct {
+		pages   string
+		n, size int
+	}
 	ref, up := map[key]*Report{}, map[key]*Report{}
 	var order []key
 	for _, c := range cells {
 		if c.Report == nil || c.Error != "" {
 			continue
 		}
-		k := key{c.Endpoints, c.PromptBytes}
+		k := key{c.Pages, c.Endpoints, c.PromptBytes}
 		switch c.Target {
 		case TargetReference:
 			ref[k] = c.Report
@@ -423,7 +515,7 @@ func matrixRatios(cells []MatrixCell) []MatrixRatio {
 		if u == nil {
 			continue
 		}
-		out = append(out, MatrixRatio{Endpoints: k.n, PromptBytes: k.size,
+		out = append(out, MatrixRatio{Pages: k.pages, Endpoints: k.n, PromptBytes: k.size,
 			DecisionsPerSecond: div(r.DecisionsPerSec, u.DecisionsPerSec),
 			P50:                div(r.LatencyMs.P50, u.LatencyMs.P50), P99: div(r.LatencyMs.P99, u.LatencyMs.P99),
 			CPUPerDecision: div(r.EPPCPUPerDecisionMs, u.EPPCPUPerDecisionMs)})
@@ -431,51 +523,68 @@ func matrixRatios(cells []MatrixCell) []MatrixRatio {
 	return out
 }
 
-// matrixOverNull reads every non-null cell against the null cell of equal size, when there is one.
+// matrixOverNull reads every non-null cell against the null cell of equal pages and size, when
+// there is one.
 func matrixOverNull(cells []MatrixCell) []MatrixOverFloor {
-	type key struct{ n, size int }
+	type key struct {
+		pages   string
+		n, size int
+	}
 	floor := map[key]*Report{}
 	for _, c := range cells {
 		if c.Target == TargetNull && c.Report != nil && c.Error == "" {
-			floor[key{c.Endpoints, c.PromptBytes}] = c.Report
+			floor[key{c.Pages, c.Endpoints, c.PromptBytes}] = c.Report
 		}
 	}
 	var out []MatrixOverFloor
 	for _, c := range cells {
-		f := floor[key{c.Endpoints, c.PromptBytes}]
+		f := floor[key{c.Pages, c.Endpoints, c.PromptBytes}]
 		if c.Target == TargetNull || c.Report == nil || c.Error != "" || f == nil {
 			continue
 		}
-		out = append(out, MatrixOverFloor{Target: c.Target, Endpoints: c.Endpoints, PromptBytes: c.PromptBytes,
-			P50Ms: c.Report.LatencyMs.P50 - f.LatencyMs.P50, P99Ms: c.Report.LatencyMs.P99 - f.LatencyMs.P99,
+		out = append(out, MatrixOverFloor{Target: c.Target, Pages: c.Pages, Endpoints: c.Endpoints, PromptBytes: c.PromptBytes,
+			DecisionsPerSecond: ratioOf(c.Report.DecisionsPerSec, f.DecisionsPerSec),
+			P50Ms:              c.Report.LatencyMs.P50 - f.LatencyMs.P50, P99Ms: c.Report.LatencyMs.P99 - f.LatencyMs.P99,
 			CPUPerDecision: c.Report.EPPCPUPerDecisionMs - f.EPPCPUPerDecisionMs})
 	}
 	return out
 }
 
+// ratioOf is a ÷ b, 0 when b is 0.
+func ratioOf(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+// PrintMatrix writes the matrix: one line per cell (with the row's scrape cost: µs of EPP CPU per
+// endpoint per second while only scraping), reference ÷ upstream per cell, each EPP ÷ the null
+// floor's decisions/s, and each EPP minus the floor.
 func PrintMatrix(w io.Writer, rep *MatrixReport) {
-	fmt.Fprintf(w, "\n%-9s %9s %8s %10s %9s %9s %9s %7s %12s %12s %6s\n", "target", "endpoints", "prompt", "decisions/s",
-		"p50 ms", "p99 ms", "p99.9 ms", "errors", "EPP CPU ms/d", "drv CPU ms/d", "load")
+	fmt.Fprintf(w, "\n%-9s %-9s %9s %8s %10s %9s %9s %9s %7s %12s %12s %14s %6s\n", "target", "pages", "endpoints", "prompt", "decisions/s",
+		"p50 ms", "p99 ms", "p99.9 ms", "errors", "EPP CPU ms/d", "drv CPU ms/d", "scrape µs/ep/s", "load")
 	for _, c := range rep.Cells {
 		if c.Error != "" || c.Report == nil {
-			fmt.Fprintf(w, "%-9s %9d %8d  error: %s\n", c.Target, c.Endpoints, c.PromptBytes, c.Error)
+			fmt.Fprintf(w, "%-9s %-9s %9d %8d  error: %s\n", c.Target, c.Pages, c.Endpoints, c.PromptBytes, c.Error)
 			continue
 		}
 		r := c.Report
-		fmt.Fprintf(w, "%-9s %9d %8d %10.1f %9.3f %9.3f %9.3f %7d %12.3f %12.3f %6.1f\n", c.Target, c.Endpoints, c.PromptBytes,
+		fmt.Fprintf(w, "%-9s %-9s %9d %8d %10.1f %9.3f %9.3f %9.3f %7d %12.3f %12.3f %14.1f %6.1f\n", c.Target, c.Pages, c.Endpoints, c.PromptBytes,
 			r.DecisionsPerSec, r.LatencyMs.P50, r.LatencyMs.P99, r.LatencyMs.P999, r.Errors, r.EPPCPUPerDecisionMs,
-			r.ClientCPUPerDecisionMs, r.LoadAverage)
+			r.ClientCPUPerDecisionMs, c.ScrapeCPUUsPerEndpointSecond, r.LoadAverage)
 	}
 	if len(rep.RatiosReferenceUpstream) > 0 {
-		fmt.Fprintf(w, "\nreference ÷ upstream  %9s %8s %12s %9s %9s %14s\n", "endpoints", "prompt", "decisions/s", "p50", "p99", "CPU/decision")
+		fmt.Fprintf(w, "\nreference ÷ upstream  %-9s %9s %8s %12s %9s %9s %14s\n", "pages", "endpoints", "prompt", "decisions/s", "p50", "p99", "CPU/decision")
 		for _, r := range rep.RatiosReferenceUpstream {
-			fmt.Fprintf(w, "%-20s  %9d %8d %12.2f %9.2f %9.2f %14.2f\n", "", r.Endpoints, r.PromptBytes, r.DecisionsPerSecond, r.P50, r.P99, r.CPUPerDecision)
+			fmt.Fprintf(w, "%-20s  %-9s %9d %8d %12.2f %9.2f %9.2f %14.2f\n", "", r.Pages, r.Endpoints, r.PromptBytes, r.DecisionsPerSecond, r.P50, r.P99, r.CPUPerDecision)
 		}
 	}
 	if len(rep.OverNullFloor) > 0 {
-		fmt.Fprintf(w, "\nminus the null floor (differences of percentiles)\n%-9s %9s %8s %9s %9s %14s\n", "target", "endpoints", "prompt", "p50 ms", "p99 ms", "EPP CPU ms/d")
+		fmt.Fprintf(w, "\nagainst the null floor (decisions/s as a ratio; latency and CPU as differences of percentiles and means)\n%-9s %-9s %9s %8s %14s %9s %9s %14s\n",
+			"target", "pages", "endpoints", "prompt", "÷ null dec/s", "p50 ms", "p99 ms", "EPP CPU ms/d")
 		for _, r := range rep.OverNullFloor {
-			fmt.Fprintf(w, "%-9s %9d %8d %+9.3f %+9.3f %+14.3f\n", r.Target, r.Endpoints, r.PromptBytes, r.P50Ms, r.P99Ms, r.CPUPerDecision)
+			fmt.Fprintf(w, "%-9s %-9s %9d %8d %14.2f %+9.3f %+9.3f %+14.3f\n", r.Target, r.Pages, r.Endpoints, r.PromptBytes, r.DecisionsPerSecond, r.P50Ms, r.P99Ms, r.CPUPerDecision)
 		}
 	}
 }

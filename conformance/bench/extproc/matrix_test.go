@@ -52,6 +52,9 @@ func TestValidateMatrix(t *testing.T) {
 		{name: "interval", mutate: func(m *MatrixOptions) { m.RefreshInterval = 0 }, wantErr: "--refresh-metrics-interval"},
 		{name: "null floor", mutate: func(m *MatrixOptions) { m.Targets = []string{"null", "reference"} }},
 		{name: "upstream binary given", mutate: func(m *MatrixOptions) { m.Targets = []string{"upstream"}; m.UpstreamEPP = "/bin/true" }},
+		{name: "both page kinds", mutate: func(m *MatrixOptions) { m.Pages = []string{PagesMinimal, PagesRealistic} }},
+		{name: "unknown pages", mutate: func(m *MatrixOptions) { m.Pages = []string{"huge"} }, wantErr: `--metrics-pages: "huge"`},
+		{name: "pages twice", mutate: func(m *MatrixOptions) { m.Pages = []string{PagesRealistic, PagesRealistic} }, wantErr: `--metrics-pages: "realistic" listed twice`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -73,12 +76,15 @@ func TestMatrixRatios(t *testing.T) {
 		return &Report{DecisionsPerSec: dps, LatencyMs: LatencySummaryMs{P50: p50, P99: p99}, EPPCPUPerDecisionMs: cpu}
 	}
 	cells := []MatrixCell{
-		{Target: "reference", Endpoints: 100, PromptBytes: 2048, Report: rep(1000, 1, 4, 0.2)},
-		{Target: "upstream", Endpoints: 100, PromptBytes: 2048, Report: rep(500, 2, 8, 0.8)},
-		{Target: "reference", Endpoints: 10, PromptBytes: 2048, Report: rep(1000, 1, 4, 0.2)},
-		{Target: "upstream", Endpoints: 10, PromptBytes: 2048, Error: "not ready"},
+		{Target: "reference", Pages: PagesMinimal, Endpoints: 100, PromptBytes: 2048, Report: rep(1000, 1, 4, 0.2)},
+		{Target: "upstream", Pages: PagesMinimal, Endpoints: 100, PromptBytes: 2048, Report: rep(500, 2, 8, 0.8)},
+		{Target: "reference", Pages: PagesRealistic, Endpoints: 100, PromptBytes: 2048, Report: rep(900, 1, 4, 0.3)}, // paired with its own kind only
+		{Target: "upstream", Pages: PagesRealistic, Endpoints: 100, PromptBytes: 2048, Report: rep(100, 2, 8, 2.4)},
+		{Target: "reference", Pages: PagesMinimal, Endpoints: 10, PromptBytes: 2048, Report: rep(1000, 1, 4, 0.2)},
+		{Target: "upstream", Pages: PagesMinimal, Endpoints: 10, PromptBytes: 2048, Error: "not ready"},
 	}
-	want := []MatrixRatio{{Endpoints: 100, PromptBytes: 2048, DecisionsPerSecond: 2, P50: 0.5, P99: 0.5, CPUPerDecision: 0.25}}
+	want := []MatrixRatio{{Pages: PagesMinimal, Endpoints: 100, PromptBytes: 2048, DecisionsPerSecond: 2, P50: 0.5, P99: 0.5, CPUPerDecision: 0.25},
+		{Pages: PagesRealistic, Endpoints: 100, PromptBytes: 2048, DecisionsPerSecond: 9, P50: 0.5, P99: 0.5, CPUPerDecision: 0.125}}
 	if diff := cmp.Diff(want, matrixRatios(cells)); diff != "" {
 		t.Fatalf("matrixRatios (-want +got):\n%s", diff)
 	}

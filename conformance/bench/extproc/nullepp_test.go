@@ -63,22 +63,24 @@ func TestNullEPP(t *testing.T) {
 }
 
 func TestMatrixOverNull(t *testing.T) {
-	rep := func(p50, p99, cpu float64) *Report {
-		return &Report{LatencyMs: LatencySummaryMs{P50: p50, P99: p99}, EPPCPUPerDecisionMs: cpu}
+	rep := func(dps, p50, p99, cpu float64) *Report {
+		return &Report{DecisionsPerSec: dps, LatencyMs: LatencySummaryMs{P50: p50, P99: p99}, EPPCPUPerDecisionMs: cpu}
 	}
 	cells := []MatrixCell{
-		{Target: "null", Endpoints: 100, PromptBytes: 2048, Report: rep(1.0, 2.0, 0.3)},
-		{Target: "reference", Endpoints: 100, PromptBytes: 2048, Report: rep(1.25, 4.0, 0.8)},
-		{Target: "reference", Endpoints: 100, PromptBytes: 32768, Report: rep(2, 5, 1)}, // no floor cell
-		{Target: "upstream", Endpoints: 100, PromptBytes: 2048, Error: "not ready"},
+		{Target: "null", Pages: PagesMinimal, Endpoints: 100, PromptBytes: 2048, Report: rep(8000, 1.0, 2.0, 0.3)},
+		{Target: "reference", Pages: PagesMinimal, Endpoints: 100, PromptBytes: 2048, Report: rep(6000, 1.25, 4.0, 0.8)},
+		{Target: "reference", Pages: PagesRealistic, Endpoints: 100, PromptBytes: 2048, Report: rep(5000, 1.5, 4.0, 0.9)}, // no floor cell with these pages
+		{Target: "reference", Pages: PagesMinimal, Endpoints: 100, PromptBytes: 32768, Report: rep(4000, 2, 5, 1)},         // no floor cell
+		{Target: "upstream", Pages: PagesMinimal, Endpoints: 100, PromptBytes: 2048, Error: "not ready"},
 	}
 	got := matrixOverNull(cells)
-	if len(got) != 1 || got[0].Target != "reference" || got[0].P50Ms != 0.25 || got[0].P99Ms != 2 || got[0].CPUPerDecision != 0.5 {
-		t.Fatalf("matrixOverNull = %+v, want one reference row +0.25 / +2 ms, +0.5 ms CPU", got)
+	if len(got) != 1 || got[0].Target != "reference" || got[0].Pages != PagesMinimal || got[0].DecisionsPerSecond != 0.75 ||
+		got[0].P50Ms != 0.25 || got[0].P99Ms != 2 || got[0].CPUPerDecision != 0.5 {
+		t.Fatalf("matrixOverNull = %+v, want one minimal-pages reference row: 0.75x decisions/s, +0.25 / +2 ms, +0.5 ms CPU", got)
 	}
 	var sb strings.Builder
 	PrintMatrix(&sb, &MatrixReport{Cells: cells, OverNullFloor: got})
-	if !strings.Contains(sb.String(), "minus the null floor") || !strings.Contains(sb.String(), "+0.250") {
+	if !strings.Contains(sb.String(), "against the null floor") || !strings.Contains(sb.String(), "+0.250") || !strings.Contains(sb.String(), "0.75") {
 		t.Errorf("printMatrix lacks the floor section:\n%s", sb.String())
 	}
 }
