@@ -70,7 +70,7 @@ func TestMatrixOverNull(t *testing.T) {
 		{Target: "null", Pages: PagesMinimal, Endpoints: 100, PromptBytes: 2048, Report: rep(8000, 1.0, 2.0, 0.3)},
 		{Target: "reference", Pages: PagesMinimal, Endpoints: 100, PromptBytes: 2048, Report: rep(6000, 1.25, 4.0, 0.8)},
 		{Target: "reference", Pages: PagesRealistic, Endpoints: 100, PromptBytes: 2048, Report: rep(5000, 1.5, 4.0, 0.9)}, // no floor cell with these pages
-		{Target: "reference", Pages: PagesMinimal, Endpoints: 100, PromptBytes: 32768, Report: rep(4000, 2, 5, 1)},         // no floor cell
+		{Target: "reference", Pages: PagesMinimal, Endpoints: 100, PromptBytes: 32768, Report: rep(4000, 2, 5, 1)},        // no floor cell
 		{Target: "upstream", Pages: PagesMinimal, Endpoints: 100, PromptBytes: 2048, Error: "not ready"},
 	}
 	got := matrixOverNull(cells)

@@ -22,11 +22,11 @@ func TestPredictionRows(t *testing.T) {
 		return bench.Outcome{Endpoint: ep, Status: http.StatusOK, OutputTokens: 4, TTFTMs: ttft, SLO: s}
 	}
 	outs := []bench.Outcome{
-		ok("fast", 100, slo),  // predicted 200: covered, predicted met, met
-		ok("fast", 250, nil),  // predicted 200: not covered, no SLO
-		ok("fast", 90, slo),   // no prediction: left out
-		ok("slow", 400, slo),  // predicted 280: predicted met, missed
-		ok("slow", 350, slo),  // predicted 500: predicted to miss
+		ok("fast", 100, slo), // predicted 200: covered, predicted met, met
+		ok("fast", 250, nil), // predicted 200: not covered, no SLO
+		ok("fast", 90, slo),  // no prediction: left out
+		ok("slow", 400, slo), // predicted 280: predicted met, missed
+		ok("slow", 350, slo), // predicted 500: predicted to miss
 		{Endpoint: "slow", Status: http.StatusTooManyRequests, Error: "HTTP 429"}, // failed: left out
 	}
 	pred := []float64{200, 200, math.NaN(), 280, 500, 300}
