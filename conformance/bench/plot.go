@@ -21,7 +21,8 @@ import (
 // WriteOutputs writes results.json, vllm_<target>.json (VLLMJSON) and the plots (PNG and SVG) for results into dir:
 // ttft_cdf (TTFT CDF per target at step cmpStep, or over the whole run when cmpStep < 0),
 // ladder_throughput and ladder_p90_ttft (output throughput and p90 TTFT per ladder step and
-// target), and endpoints_<target> (requests per endpoint per second, by send time). It returns
+// target), with --goodput ladder_goodput (good requests/s per step), with an SLO mix
+// ladder_slo_attainment (the interactive class's attainment per step), and endpoints_<target> (requests per endpoint per second, by send time). It returns
 // the files written.
 func WriteOutputs(dir string, results []*Result, cmpStep int) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -119,14 +120,36 @@ func WriteOutputs(dir string, results []*Result, cmpStep int) ([]string, error) 
 	if err := save(p, "ttft_cdf", 8*vg.Inch, 5*vg.Inch); err != nil {
 		return files, err
 	}
-	// Ladder plots.
-	for _, lp := range []struct {
+	// Ladder plots; goodput and the interactive class's SLO attainment when the run has them.
+	type ladderPlot struct {
 		name, title, y string
 		v              func(StepResult) float64
-	}{
+	}
+	ladders := []ladderPlot{
 		{"ladder_throughput", "Output token throughput across the rate ladder", "output tokens/s", func(s StepResult) float64 { return s.Metrics.OutputThroughput }},
 		{"ladder_p90_ttft", "p90 TTFT across the rate ladder", "p90 TTFT (ms)", func(s StepResult) float64 { return s.Metrics.TTFT.Percentiles["p90"] }},
-	} {
+	}
+	if len(results) > 0 && results[0].Goodput != nil {
+		ladders = append(ladders, ladderPlot{"ladder_goodput", fmt.Sprintf("Request goodput (%s) across the rate ladder", results[0].Goodput.SLOs),
+			"good requests/s", func(s StepResult) float64 {
+				if s.Goodput == nil {
+					return 0
+				}
+				return s.Goodput.PerSecond
+			}})
+	}
+	if len(results) > 0 && len(results[0].Classes) > 0 {
+		ladders = append(ladders, ladderPlot{"ladder_slo_attainment", "SLO attainment of the interactive requests across the rate ladder",
+			"interactive requests meeting their SLO (%)", func(s StepResult) float64 {
+				for _, c := range s.Classes {
+					if c.Class == ClassInteractive && c.Attainment >= 0 {
+						return 100 * c.Attainment
+					}
+				}
+				return 0
+			}})
+	}
+	for _, lp := range ladders {
 		p := plot.New()
 		p.Title.Text = lp.title
 		p.X.Label.Text = "offered rate (req/s)"

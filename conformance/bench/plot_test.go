@@ -75,3 +75,41 @@ func TestWriteOutputsWritesImagesAndJSON(t *testing.T) {
 		t.Errorf("completed %v, mean_ttft_ms %v; want 20 and 109.5", v["completed"], v["mean_ttft_ms"])
 	}
 }
+
+// TestWriteOutputsGoodputPlots: with --goodput and an SLO mix the ladder gains the goodput and
+// interactive-attainment plots; without them neither is written.
+func TestWriteOutputsGoodputPlots(t *testing.T) {
+	mixed := func(name string, ttft float64) *Result {
+		r := syntheticResult(name, ttft)
+		for i := range r.Outcomes {
+			if i%2 == 0 {
+				r.Outcomes[i].SLO = &SLOs{TTFTMs: 110}
+			}
+		}
+		SetGoodput(r, SLOs{TTFTMs: 105})
+		return r
+	}
+	dir := t.TempDir()
+	files, err := WriteOutputs(dir, []*Result{mixed("round-robin", 100), mixed("reference", 20)}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, f := range files {
+		names[filepath.Base(f)] = true
+	}
+	for _, w := range []string{"ladder_goodput.png", "ladder_goodput.svg", "ladder_slo_attainment.png", "ladder_slo_attainment.svg"} {
+		if !names[w] {
+			t.Errorf("%s not written (files: %v)", w, files)
+		}
+	}
+	files, err = WriteOutputs(t.TempDir(), []*Result{syntheticResult("round-robin", 100)}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if strings.Contains(f, "ladder_goodput") || strings.Contains(f, "ladder_slo_attainment") {
+			t.Errorf("%s written for a run without --goodput or an SLO mix", f)
+		}
+	}
+}
