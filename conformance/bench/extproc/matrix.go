@@ -375,7 +375,7 @@ func runMatrixRow(ctx context.Context, w io.Writer, m MatrixOptions, self string
 			p.readyMetric = "eppkit_epp_pool_ready_endpoints"
 		}
 	case TargetUpstream:
-		pool := fmt.Sprintf("bench-%d", n)
+		pool := fmt.Sprintf("bench-%s-%d", pages, n) // one pool per page kind and size: the control plane serves the whole run
 		fmt.Fprintf(w, "  creating InferencePool %s with %d Pods…\n", pool, n)
 		if _, err := apiserver.NewPool(ctx, cp, apiserver.Options{PoolName: pool, Endpoints: fleet.Addrs}); err != nil {
 			return fail(fmt.Errorf("creating the InferencePool: %w", err))
