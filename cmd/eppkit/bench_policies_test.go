@@ -60,6 +60,16 @@ func TestBenchUpstreamPolicies(t *testing.T) {
 		}
 	}
 
+	// The reference policy is the default profile for every request (default.yaml), not the
+	// reference target's own conformance config, which routes SLO requests by predicted latency.
+	refs, _, err := bench.Policies("round-robin,reference", bench.PolicyOptions{ConfigsDir: configs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(configs, "default.yaml"); len(refs) != 2 || refs[1].ConfigFile != want {
+		t.Errorf("reference policy: %+v, want config %s", refs, want)
+	}
+
 	_, notes, err = bench.Policies("round-robin,upstream-v1.5.0-predicted-latency", bench.PolicyOptions{ConfigsDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)

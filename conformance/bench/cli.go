@@ -32,12 +32,16 @@ const (
 var AllPolicies = []string{TargetRoundRobin, PolicyRandom, PolicyReference, PolicyLoadOnly, PolicyPredicted, PolicyUpstream, PolicyUpstreamPredicted, PolicyCommand}
 
 // PolicyConfig is the EndpointPickerConfig file (under PolicyOptions.ConfigsDir) of a policy that
-// runs an EPP with a config of its own: random-picker.yaml, load-only.yaml,
+// runs an EPP with a config of its own: default.yaml (PolicyReference: the default profile for
+// every request, also those with SLO headers, which the reference target's own conformance
+// config would send to the predicted-latency profile), random-picker.yaml, load-only.yaml,
 // predicted-latency.yaml (the reference), upstream-v1.5.0-predicted-latency.yaml (the upstream
-// EPP); "" for any other policy (PolicyReference and PolicyUpstream run their default profiles).
+// EPP); "" for any other policy (PolicyUpstream runs its default profile).
 // `eppkit bench compare` and `eppkit bench simulate` both read it.
 func PolicyConfig(policy string) string {
 	switch policy {
+	case PolicyReference:
+		return "default.yaml"
 	case PolicyRandom:
 		return "random-picker.yaml"
 	case PolicyLoadOnly:

@@ -295,3 +295,15 @@ func TestStrictFieldCase(t *testing.T) {
 		}
 	}
 }
+
+// TestDefaultConfigFile: manifests/epp-configs/default.yaml, the "reference" policy of eppkit
+// bench, is exactly DefaultConfig.
+func TestDefaultConfigFile(t *testing.T) {
+	got, err := LoadConfigFile(filepath.Join("..", "..", "manifests", "epp-configs", "default.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(DefaultConfig(), got); diff != "" {
+		t.Errorf("default.yaml differs from DefaultConfig (-want +got):\n%s", diff)
+	}
+}
