@@ -22,10 +22,7 @@ func TestPageServer(t *testing.T) {
 	go srv.Serve()
 	t.Cleanup(srv.Close)
 	var dials int
-	client := &http.Client{Transport: &http.Transport{Proxy: nil, DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-		dials++
-		return (&net.Dialer{}).DialContext(ctx, network, addr)
-	}}}
+	client := countingClient(&dials)
 	get := func(path string, close bool) (int, string) {
 		t.Helper()
 		req, _ := http.NewRequest(http.MethodGet, "http://"+ln.Addr().String()+path, nil)
@@ -104,4 +101,12 @@ func TestStartFleet(t *testing.T) {
 	if _, err := StartFleet(0); err == nil {
 		t.Error("StartFleet(0) succeeded")
 	}
+}
+
+// countingClient is an HTTP client (no proxy) that counts its connections in *dials.
+func countingClient(dials *int) *http.Client {
+	return &http.Client{Transport: &http.Transport{Proxy: nil, DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		*dials++
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}}}
 }

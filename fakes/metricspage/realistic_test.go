@@ -524,10 +524,7 @@ func TestRotatingPageServer(t *testing.T) {
 	go srv.Serve()
 	t.Cleanup(srv.Close)
 	var dials int
-	client := &http.Client{Transport: &http.Transport{Proxy: nil, DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-		dials++
-		return (&net.Dialer{}).DialContext(ctx, network, addr)
-	}}}
+	client := countingClient(&dials)
 	get := func(c *http.Client, path string) (int, string) {
 		t.Helper()
 		resp, err := c.Get("http://" + ln.Addr().String() + path)
