@@ -15,14 +15,15 @@ const DefaultLRUCapacityPerServer = 31250
 // hash → endpoints that the LRUs' eviction callbacks keep equal to the union of the LRUs.
 // Indexing is synchronous: when Add returns, Match sees the hashes. Safe for concurrent use.
 //
-// Inside, endpoints are small integer ids and the reverse map holds the ids of a hash inline in
-// its map value (up to inlineHolders of them; a hash held by more endpoints keeps its ids in a
-// small overflow map): a request adds one entry per block and the index holds up to capacity ×
-// endpoints of them, so the reverse map has no pointer for the garbage collector to scan and no
-// allocation per hash. The per-endpoint LRUs are blockLRU, which behaves as golang-lru's
-// simplelru.LRU did here (a differential test checks it) but is pointer-free too: with
-// simplelru's list element per entry, a full index kept millions of pointers live and the
-// collector's marking of them was the largest cost of a decision.
+// Inside, endpoints are small integer ids and the reverse map holds, inline in its map value,
+// the ids of a hash's holders and the slot each holder's LRU keeps it in (up to inlineHolders of
+// them; a hash held by more endpoints keeps them in a small overflow map): a request adds one
+// entry per block and the index holds up to capacity × endpoints of them, so the reverse map has
+// no pointer for the garbage collector to scan and no allocation per hash, and one probe of it
+// tells Add whether the endpoint holds the hash and where. The per-endpoint LRUs are blockLRU,
+// which behaves as golang-lru's simplelru.LRU did here (a differential test checks it) but is
+// pointer-free too: with simplelru's list element per entry, a full index kept millions of
+// pointers live and the collector's marking of them was the largest cost of a decision.
 type Index struct {
 	defaultCapacity int
 
@@ -33,27 +34,34 @@ type Index struct {
 	names   []string         // id → endpoint key ("" for a free id)
 	free    []int32          // ids of removed endpoints, reused by the next new endpoint
 	holders map[uint64]holderSet
-	// overflow holds the ids of every hash whose holderSet has n > inlineHolders.
-	overflow map[uint64][]int32
+	// overflow holds the holders of every hash whose holderSet has n > inlineHolders.
+	overflow map[uint64][]holderRef
 }
 
-// inlineHolders is how many endpoint ids a hash's reverse-map value holds inline. With 3 the
-// value is 16 bytes; a hash held by more endpoints (a shared system prompt) is rare enough that
-// its ids go to Index.overflow.
+// inlineHolders is how many holders a hash's reverse-map value holds inline. With 3 the value is
+// 28 bytes; a hash held by more endpoints (a shared system prompt) is rare enough that its
+// holders go to Index.overflow.
 const inlineHolders = 3
 
 // holderSet is the reverse-map value of one hash: the number of endpoints holding it and, when
-// n ≤ inlineHolders, their ids (in no particular order). Pointer-free, so the map is not scanned
-// by the garbage collector.
+// n ≤ inlineHolders, their ids with, at the same index, the slot of the hash in that endpoint's
+// LRU (in no particular order). Pointer-free, so the map is not scanned by the garbage collector.
 type holderSet struct {
-	n   int32
-	ids [inlineHolders]int32
+	n     int32
+	ids   [inlineHolders]int32
+	slots [inlineHolders]int32
+}
+
+// holderRef is one holder of a hash in Index.overflow: the endpoint's id and the hash's slot in
+// its LRU.
+type holderRef struct {
+	id, slot int32
 }
 
 // holdersLocked returns the ids holding h (nil when none). For an inline set the ids are copied
-// into buf, so the result stays valid while the index changes only if it came from overflow;
-// callers use it before their next change to the index.
-func (ix *Index) holdersLocked(h uint64, buf *[inlineHolders]int32) []int32 {
+// into buf; an overflow set is copied into *spill (reused across calls). Callers use the result
+// before their next change to the index.
+func (ix *Index) holdersLocked(h uint64, buf *[inlineHolders]int32, spill *[]int32) []int32 {
 	v, ok := ix.holders[h]
 	if !ok {
 		return nil
@@ -62,31 +70,46 @@ func (ix *Index) holdersLocked(h uint64, buf *[inlineHolders]int32) []int32 {
 		*buf = v.ids
 		return buf[:v.n]
 	}
-	return ix.overflow[h]
+	*spill = (*spill)[:0]
+	for _, r := range ix.overflow[h] {
+		*spill = append(*spill, r.id)
+	}
+	return *spill
 }
 
-// addHolderLocked adds id to the holders of h unless it is there already.
-func (ix *Index) addHolderLocked(h uint64, id int32) {
-	v := ix.holders[h]
+// slotOf returns the slot of h in endpoint id's LRU when id holds h; v is ix.holders[h].
+func (ix *Index) slotOf(h uint64, v holderSet, id int32) (int32, bool) {
+	if v.n <= inlineHolders {
+		for i := range v.n {
+			if v.ids[i] == id {
+				return v.slots[i], true
+			}
+		}
+		return 0, false
+	}
+	for _, r := range ix.overflow[h] {
+		if r.id == id {
+			return r.slot, true
+		}
+	}
+	return 0, false
+}
+
+// addHolderLocked records that endpoint id holds h (which it did not) in slot of its LRU; v is
+// ix.holders[h] as read before any change to the index since.
+func (ix *Index) addHolderLocked(h uint64, v holderSet, id, slot int32) {
 	switch {
 	case v.n < inlineHolders:
-		if slices.Contains(v.ids[:v.n], id) {
-			return
-		}
-		v.ids[v.n] = id
+		v.ids[v.n], v.slots[v.n] = id, slot
 	case v.n == inlineHolders:
-		if slices.Contains(v.ids[:], id) {
-			return
+		set := make([]holderRef, 0, 2*inlineHolders)
+		for i := range v.ids {
+			set = append(set, holderRef{v.ids[i], v.slots[i]})
 		}
-		set := make([]int32, 0, 2*inlineHolders)
-		ix.overflow[h] = append(append(set, v.ids[:]...), id)
-		v.ids = [inlineHolders]int32{}
+		ix.overflow[h] = append(set, holderRef{id, slot})
+		v.ids, v.slots = [inlineHolders]int32{}, [inlineHolders]int32{}
 	default:
-		set := ix.overflow[h]
-		if slices.Contains(set, id) {
-			return
-		}
-		ix.overflow[h] = append(set, id)
+		ix.overflow[h] = append(ix.overflow[h], holderRef{id, slot})
 	}
 	v.n++
 	ix.holders[h] = v
@@ -104,7 +127,7 @@ func NewIndex(defaultCapacity int) *Index {
 		caps:            map[string]int{},
 		ids:             map[string]int32{},
 		holders:         map[uint64]holderSet{},
-		overflow:        map[uint64][]int32{},
+		overflow:        map[uint64][]holderRef{},
 	}
 }
 
@@ -144,12 +167,18 @@ func (ix *Index) Add(endpoint string, capacity int, hashes []uint64) {
 		ix.caps[endpoint] = capacity
 	}
 	for _, h := range hashes {
-		ix.addHolderLocked(h, id)
-		// add may evict the oldest hash, possibly one inserted earlier in this loop; it is removed
-		// from the reverse map too, so both stay equal.
-		if old, evicted := l.add(h); evicted {
+		v := ix.holders[h]
+		if slot, held := ix.slotOf(h, v, id); held {
+			l.touch(slot)
+			continue
+		}
+		slot, old, evicted := l.insert(h)
+		if evicted {
+			// The least recently used hash (never h: h was not in this LRU) leaves the reverse
+			// map too, so both stay equal. Its entry is another key, so v is still current.
 			ix.dropHolderLocked(old, id)
 		}
+		ix.addHolderLocked(h, v, id, slot)
 	}
 }
 
@@ -171,11 +200,12 @@ func (ix *Index) dropHolderLocked(h uint64, id int32) {
 		}
 		v.n--
 		v.ids[i], v.ids[v.n] = v.ids[v.n], 0
+		v.slots[i], v.slots[v.n] = v.slots[v.n], 0
 		ix.holders[h] = v
 		return
 	}
 	set := ix.overflow[h]
-	i := slices.Index(set, id)
+	i := slices.IndexFunc(set, func(r holderRef) bool { return r.id == id })
 	if i < 0 {
 		return
 	}
@@ -183,7 +213,9 @@ func (ix *Index) dropHolderLocked(h uint64, id int32) {
 	set = set[:len(set)-1]
 	v.n = int32(len(set))
 	if len(set) <= inlineHolders {
-		copy(v.ids[:], set)
+		for j, r := range set {
+			v.ids[j], v.slots[j] = r.id, r.slot
+		}
 		delete(ix.overflow, h)
 	} else {
 		ix.overflow[h] = set
@@ -201,20 +233,28 @@ func (ix *Index) Match(hashes []uint64) map[string]int {
 	defer ix.mu.RUnlock()
 	var counts []int32 // by id, allocated at the first held block
 	var touched []int32
-	var buf [inlineHolders]int32
+	count := func(id int32) {
+		if counts[id] == 0 {
+			touched = append(touched, id)
+		}
+		counts[id]++
+	}
 	for _, h := range hashes {
-		set := ix.holdersLocked(h, &buf)
-		if len(set) == 0 {
+		v, ok := ix.holders[h]
+		if !ok {
 			break
 		}
 		if counts == nil {
 			counts = make([]int32, len(ix.names))
 		}
-		for _, id := range set {
-			if counts[id] == 0 {
-				touched = append(touched, id)
+		if v.n <= inlineHolders {
+			for _, id := range v.ids[:v.n] {
+				count(id)
 			}
-			counts[id]++
+			continue
+		}
+		for _, r := range ix.overflow[h] {
+			count(r.id)
 		}
 	}
 	for _, id := range touched {
@@ -229,13 +269,12 @@ func (ix *Index) MatchLen(hashes []uint64, endpoint string) int {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	id, known := ix.ids[endpoint]
-	var buf [inlineHolders]int32
 	for _, h := range hashes {
-		set := ix.holdersLocked(h, &buf)
-		if len(set) == 0 {
+		v, ok := ix.holders[h]
+		if !ok {
 			break
 		}
-		if known && slices.Contains(set, id) {
+		if _, held := ix.slotOf(h, v, id); known && held {
 			n++
 		}
 	}
@@ -252,8 +291,8 @@ func (ix *Index) RemoveEndpoint(endpoint string) {
 		return
 	}
 	id := ix.ids[endpoint] // every endpoint with an LRU has an id
-	for h := range l.pos {
-		ix.dropHolderLocked(h, id)
+	for _, e := range l.entries {
+		ix.dropHolderLocked(e.hash, id)
 	}
 	delete(ix.lrus, endpoint)
 	delete(ix.caps, endpoint)
@@ -322,7 +361,8 @@ func (ix *Index) Holders(h uint64) []string {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	var buf [inlineHolders]int32
-	set := ix.holdersLocked(h, &buf)
+	var spill []int32
+	set := ix.holdersLocked(h, &buf, &spill)
 	out := make([]string, 0, len(set))
 	for _, id := range set {
 		out = append(out, ix.names[id])
@@ -338,8 +378,9 @@ func (ix *Index) ReverseMap() map[uint64][]string {
 	defer ix.mu.RUnlock()
 	out := make(map[uint64][]string, len(ix.holders))
 	var buf [inlineHolders]int32
+	var spill []int32
 	for h := range ix.holders {
-		set := ix.holdersLocked(h, &buf)
+		set := ix.holdersLocked(h, &buf, &spill)
 		eps := make([]string, 0, len(set))
 		for _, id := range set {
 			eps = append(eps, ix.names[id])

@@ -3,11 +3,13 @@ package prefix
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/hashicorp/golang-lru/v2/simplelru"
 )
 
 // checkConsistent fails when the reverse map is not exactly the union of the LRUs.
@@ -200,23 +202,40 @@ func TestIndexConcurrent(t *testing.T) {
 
 // TestIndexReverseMapRandomOps drives the index with seeded random Adds and Removes over 8
 // endpoints and 24 hashes, so hashes move between the inline and overflow forms of the reverse
-// map many times; after every op the reverse map must equal the union of the LRUs, Match must
-// equal a model computed from Contents, and the overflow map must hold exactly the hashes with
-// more than inlineHolders holders.
+// map many times; after every op each endpoint's LRU must hold the keys of a golang-lru
+// simplelru.LRU given the same Adds, in the same order (so the slots the reverse map keeps point
+// at the right entries), the reverse map must equal the union of the LRUs, Match must equal a
+// model computed from Contents, and the overflow map must hold exactly the hashes with more than
+// inlineHolders holders.
 func TestIndexReverseMapRandomOps(t *testing.T) {
 	const seed = 4242
 	r := rand.New(rand.NewPCG(seed, 0))
 	ix := NewIndex(6)
+	models := map[string]*simplelru.LRU[uint64, struct{}]{}
 	for op := range 3000 {
 		ep := fmt.Sprintf("10.0.0.%d:8000", r.IntN(8))
 		if r.IntN(25) == 0 {
 			ix.RemoveEndpoint(ep)
+			delete(models, ep)
 		} else {
 			hs := make([]uint64, 1+r.IntN(5))
 			for i := range hs {
 				hs[i] = r.Uint64N(24)
 			}
 			ix.Add(ep, 0, hs)
+			m, ok := models[ep]
+			if !ok {
+				m, _ = simplelru.NewLRU[uint64, struct{}](6, nil)
+				models[ep] = m
+			}
+			for _, h := range hs {
+				m.Add(h, struct{}{})
+			}
+		}
+		for e, m := range models {
+			if got := keysOf(ix, e); !slices.Equal(got, m.Keys()) {
+				t.Fatalf("seed %d op %d: %s holds %v (oldest first), simplelru %v", seed, op, e, got, m.Keys())
+			}
 		}
 		checkConsistent(t, ix)
 		for h, v := range ix.holders {

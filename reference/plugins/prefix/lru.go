@@ -1,19 +1,19 @@
 package prefix
 
 // blockLRU is one endpoint's LRU of block hashes, with the behaviour of
-// github.com/hashicorp/golang-lru/v2/simplelru.LRU as Index used it (Add moves a present hash to
-// the front; adding a new hash to a full LRU evicts the least recently used one; Keys lists
-// oldest first), but pointer-free: entries live in one slice linked by int32 positions and the
-// lookup map is map[uint64]int32, so an index of millions of entries gives the garbage collector
-// nothing to scan and costs no allocation per entry. The eviction callback is replaced by add's
-// results; Index removes the evicted hash from its reverse map. Not safe for concurrent use
-// (Index locks).
+// github.com/hashicorp/golang-lru/v2/simplelru.LRU as Index used it (adding a present hash moves
+// it to the front; adding a new hash to a full LRU evicts the least recently used one; Keys lists
+// oldest first), but pointer-free and without a lookup map of its own: entries live in one slice
+// linked by int32 positions (slots), and which slot holds a hash is kept by the caller — Index
+// stores each holder's slot next to its id in the reverse map, so one probe of that map answers
+// both "does this endpoint hold h" and "where", instead of a second probe of a per-endpoint map
+// (that second map was a third of Index.Add's cost). The eviction callback is replaced by
+// insert's results. Not safe for concurrent use (Index locks).
 type blockLRU struct {
 	capacity int
-	pos      map[uint64]int32 // hash → index in entries
-	entries  []lruEntry       // grows up to capacity; a full LRU reuses the evicted entry's slot
-	head     int32            // most recently used, -1 when empty
-	tail     int32            // least recently used, -1 when empty
+	entries  []lruEntry // grows up to capacity; a full LRU reuses the evicted entry's slot
+	head     int32      // most recently used, -1 when empty
+	tail     int32      // least recently used, -1 when empty
 }
 
 type lruEntry struct {
@@ -23,55 +23,51 @@ type lruEntry struct {
 
 // newBlockLRU returns an empty LRU holding at most capacity hashes (capacity ≥ 1).
 func newBlockLRU(capacity int) *blockLRU {
-	return &blockLRU{capacity: capacity, pos: map[uint64]int32{}, head: -1, tail: -1}
+	return &blockLRU{capacity: capacity, head: -1, tail: -1}
 }
 
-// Len returns the number of hashes held.
-func (l *blockLRU) Len() int { return len(l.pos) }
+// Len returns the number of hashes held. Every slot in entries is in use: slots are only ever
+// added (up to capacity) or reused by insert.
+func (l *blockLRU) Len() int { return len(l.entries) }
 
-// add makes h the most recently used hash, inserting it when absent. When the insert overflows
-// the capacity, the least recently used hash is removed and returned with evicted true.
-func (l *blockLRU) add(h uint64) (old uint64, evicted bool) {
-	if i, ok := l.pos[h]; ok {
-		l.moveToFront(i)
-		return 0, false
-	}
-	var i int32
+// insert adds h, which the caller knows is absent, as the most recently used hash and returns its
+// slot. When the LRU is full, the least recently used hash is removed first (its slot is reused)
+// and returned with evicted true; the caller must forget that hash's slot.
+func (l *blockLRU) insert(h uint64) (slot int32, old uint64, evicted bool) {
 	if len(l.entries) < l.capacity {
-		i = int32(len(l.entries))
+		slot = int32(len(l.entries))
 		l.entries = append(l.entries, lruEntry{})
 	} else {
 		// Full: reuse the least recently used entry's slot (simplelru inserts, then evicts the
 		// oldest; the oldest is never h, so the outcome is the same).
-		i = l.tail
-		old, evicted = l.entries[i].hash, true
-		l.unlink(i)
-		delete(l.pos, old)
+		slot = l.tail
+		old, evicted = l.entries[slot].hash, true
+		l.unlink(slot)
 	}
-	l.entries[i] = lruEntry{hash: h, prev: -1, next: l.head}
+	l.entries[slot] = lruEntry{hash: h, prev: -1, next: l.head}
 	if l.head >= 0 {
-		l.entries[l.head].prev = i
+		l.entries[l.head].prev = slot
 	}
-	l.head = i
+	l.head = slot
 	if l.tail < 0 {
-		l.tail = i
+		l.tail = slot
 	}
-	l.pos[h] = i
-	return old, evicted
+	return slot, old, evicted
 }
 
-func (l *blockLRU) moveToFront(i int32) {
-	if l.head == i {
+// touch makes the hash in slot the most recently used.
+func (l *blockLRU) touch(slot int32) {
+	if l.head == slot {
 		return
 	}
-	l.unlink(i)
-	l.entries[i].prev, l.entries[i].next = -1, l.head
+	l.unlink(slot)
+	l.entries[slot].prev, l.entries[slot].next = -1, l.head
 	if l.head >= 0 {
-		l.entries[l.head].prev = i
+		l.entries[l.head].prev = slot
 	}
-	l.head = i
+	l.head = slot
 	if l.tail < 0 {
-		l.tail = i
+		l.tail = slot
 	}
 }
 
@@ -92,7 +88,7 @@ func (l *blockLRU) unlink(i int32) {
 
 // Keys returns the hashes held, least recently used first.
 func (l *blockLRU) Keys() []uint64 {
-	out := make([]uint64, 0, len(l.pos))
+	out := make([]uint64, 0, len(l.entries))
 	for i := l.tail; i >= 0; i = l.entries[i].prev {
 		out = append(out, l.entries[i].hash)
 	}
