@@ -118,6 +118,11 @@ address (an EPP already running at --address; start it with the pool 127.0.10.1.
 	fl.IntVar(&f.fleetPort, "fleet-port", 0, "port of every fake endpoint (127.0.10.1..N); 0 picks a free one. Give it for --target address so the EPP can be told the pool in advance")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if f.target == "" {
+			if cmd.Flags().NFlag() > 0 {
+				// Flags given but no target: a run was meant; say what is missing instead of
+				// printing the help and exiting 0.
+				return badFlags("--target is required to run a serving benchmark (reference, round-robin, command, address; see --help)")
+			}
 			return cmd.Help()
 		}
 		return runServingBench(cmd, &f)

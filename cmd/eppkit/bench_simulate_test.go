@@ -117,6 +117,9 @@ func TestBenchSimulateRefusesBadFlags(t *testing.T) {
 		{[]string{"bench", "simulate", "--validate", "--validate-policies", "oracle"}, "no real-time counterpart"},
 		{[]string{"bench", "simulate", "compare", "--endpoints", "2,x"}, `"x" is not an integer`},
 		{[]string{"bench", "simulate", "compare", "--policies", "round-robin,nope"}, `unknown policy "nope"`},
+		{[]string{"bench", "simulate", "--slo", "ttft:300"}, `--slo "ttft:300" needs --slo-fraction`},
+		// The serving benchmark itself: flags without a target are a mistake, not a request for help.
+		{[]string{"bench", "--rate", "5"}, "--target is required"},
 	} {
 		out, err := runEppkit(t, tc.args...)
 		var coded interface{ ExitCode() int }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -107,11 +108,16 @@ func (f *ServeOptions) spec(n int) (Spec, error) {
 	if err != nil {
 		return s, err
 	}
-	if f.SLOFraction < 0 || f.SLOFraction > 1 {
+	if f.SLOFraction < 0 || f.SLOFraction > 1 || math.IsNaN(f.SLOFraction) {
 		return s, fmt.Errorf("--slo-fraction must be in [0,1], got %v", f.SLOFraction)
 	}
 	if f.SLOFraction > 0 && !slo.Set() {
 		return s, fmt.Errorf("--slo-fraction %v needs --slo (\"ttft:300 tpot:40\")", f.SLOFraction)
+	}
+	if f.SLOFraction == 0 && slo.Set() {
+		// Without a share of interactive requests no request would carry the SLO: refuse rather
+		// than run a workload the user did not ask for.
+		return s, fmt.Errorf("--slo %q needs --slo-fraction (the share of requests that carry it, in (0,1])", f.SLO)
 	}
 	if slo.E2ELMs > 0 {
 		return s, fmt.Errorf("--slo %q: e2el has no request header; use ttft and tpot", f.SLO)

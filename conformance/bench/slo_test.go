@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -80,6 +81,8 @@ func TestSLOMixValidation(t *testing.T) {
 		{ServeOptions{SLOFraction: 0.5, SLO: "ttft"}, "--slo"},
 		{ServeOptions{SLOFraction: 0.5, SLO: "e2el:100"}, "e2el has no request header"},
 		{ServeOptions{SLOFraction: -1, SLO: "ttft:1"}, "--slo-fraction must be in [0,1]"},
+		{ServeOptions{SLOFraction: math.NaN(), SLO: "ttft:1"}, "--slo-fraction must be in [0,1]"},
+		{ServeOptions{SLO: "ttft:300"}, `--slo "ttft:300" needs --slo-fraction`},
 		{ServeOptions{Goodput: "ttft:x"}, "--goodput"},
 	} {
 		o := tc.o
