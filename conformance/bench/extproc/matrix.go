@@ -12,9 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-logr/logr"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
-
 	"github.com/eppkit/eppkit/conformance/endpointsource/apiserver"
 	"github.com/eppkit/eppkit/conformance/harness"
 	"github.com/eppkit/eppkit/fakes/metricspage"
@@ -321,7 +318,6 @@ func runMatrixFleet(ctx context.Context, w io.Writer, m MatrixOptions, self stri
 	for _, target := range m.Targets {
 		if target == TargetUpstream && *cp == nil {
 			fmt.Fprintf(w, "starting kube-apiserver + etcd for the upstream EPP's InferencePool discovery…\n")
-			ctrllog.SetLogger(logr.Discard()) // envtest's client logs through it; nothing to say here
 			*cp, err = apiserver.StartControlPlane(ctx, apiserver.ControlPlaneOptions{Dir: filepath.Join(m.LogDir, "apiserver"), KeepDir: true})
 			if err != nil {
 				return fmt.Errorf("upstream target: %w", err)

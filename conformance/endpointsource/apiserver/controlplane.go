@@ -24,10 +24,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/eppkit/eppkit/internal/logtail"
 	"github.com/eppkit/eppkit/internal/toolcache"
@@ -100,11 +102,18 @@ func ResolvePaths(opts ControlPlaneOptions) (ControlPlaneOptions, error) {
 	return opts, nil
 }
 
+// ctrlLogOnce sets controller-runtime's logger once per process (StartControlPlane).
+var ctrlLogOnce sync.Once
+
 // StartControlPlane starts etcd and kube-apiserver on free loopback ports, installs the CRDs of
 // opts.CRDDir and waits until they are established. On failure it stops what it started and
 // the error carries the tail of the kube-apiserver log. ctx bounds the start only; Stop ends the
 // processes.
 func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (*ControlPlane, error) {
+	// envtest's client and the harness's own clients log through controller-runtime's
+	// process-wide logger, which prints a warning with a stack trace 30 s into a process that
+	// never set it; the harness has nothing to say through it.
+	ctrlLogOnce.Do(func() { ctrllog.SetLogger(logr.Discard()) })
 	opts, err := ResolvePaths(opts)
 	if err != nil {
 		return nil, err
