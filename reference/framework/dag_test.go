@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -457,6 +458,81 @@ func TestPrepareDataExecutor(t *testing.T) {
 			t.Fatalf("keys = %v", eps[0].Keys())
 		}
 	})
+}
+
+// TestPrepareDataViewsOfARunningPluginAreNeverReused: the executor reuses a layer's staged
+// views once every plugin of the layer returned; a plugin still running when its phase ended
+// (here: the request was cancelled) keeps writing into its views, so they must not reach another
+// request. Twenty later requests on another runtime run while it lingers, then it writes; under
+// -race a reused view is a data race, and without -race the later requests' values change.
+func TestPrepareDataViewsOfARunningPluginAreNeverReused(t *testing.T) {
+	ctx := context.Background()
+	slow := &lingering{base: base{TypedName{"linger", "slow"}}, release: make(chan struct{}), done: make(chan struct{})}
+	rs, err := NewRuntime(cfgWith(specsOf(slow)), testRegistry(t, slow), RuntimeOptions{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	go func() { time.Sleep(5 * time.Millisecond); cancel() }()
+	slowEps := testEndpoints(3)
+	if err := rs.PrepareData(cctx, &LLMRequest{RequestID: "cancelled"}, slowEps); err != nil {
+		t.Fatal(err)
+	}
+
+	fast := prod("fast", map[string]any{"k": ""}, nil)
+	rf, err := NewRuntime(cfgWith(specsOf(fast)), testRegistry(t, fast), RuntimeOptions{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var later [][]*Endpoint
+	for i := range 20 {
+		eps := testEndpoints(3)
+		if err := rf.PrepareData(ctx, &LLMRequest{RequestID: fmt.Sprint("later-", i)}, eps); err != nil {
+			t.Fatal(err)
+		}
+		later = append(later, eps)
+	}
+	close(slow.release)
+	<-slow.done
+	for i, eps := range later {
+		for _, e := range eps {
+			if v, _ := AttributeAs[string](e, "k"); v != "fast" || len(e.Keys()) != 1 {
+				t.Errorf("request %d, %s: keys %v, k = %q; want only k = fast", i, e.Key(), e.Keys(), v)
+			}
+		}
+	}
+	for _, e := range slowEps {
+		if len(e.Keys()) != 0 {
+			t.Errorf("cancelled request, %s: keys %v, want none", e.Key(), e.Keys())
+		}
+	}
+}
+
+// lingering is a PrepareData plugin that, once its context ends, keeps writing "late" under k
+// (and a "late" key) into every view it was given until release is closed, as a slow plugin does
+// after the executor has given up on it.
+type lingering struct {
+	base
+	release, done chan struct{}
+}
+
+func (p *lingering) Produces() map[string]any { return map[string]any{"k": ""} }
+func (p *lingering) Consumes() map[string]any { return nil }
+func (p *lingering) PrepareRequestData(ctx context.Context, _ *LLMRequest, eps []*Endpoint) error {
+	<-ctx.Done()
+	defer close(p.done)
+	for {
+		for _, e := range eps {
+			e.Put("k", "late")
+			e.Put("late", true)
+		}
+		select {
+		case <-p.release:
+			return ctx.Err()
+		default:
+			runtime.Gosched()
+		}
+	}
 }
 
 // readBack is a PrepareData plugin that copies what it sees under key into "seen".
