@@ -76,6 +76,7 @@ func WriteOutputs(dir string, results []*Result, cmpStep int) ([]string, error) 
 	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
 	p.Legend.Top, p.Legend.Left = false, false
 	p.Legend.YPosition = draw.PosBottom
+	curves := 0
 	for i, r := range results {
 		var xs []float64
 		for _, o := range r.Outcomes {
@@ -100,6 +101,7 @@ func WriteOutputs(dir string, results []*Result, cmpStep int) ([]string, error) 
 		l.Width = vg.Points(1.5)
 		p.Add(l)
 		p.Legend.Add(r.Target, l)
+		curves++
 	}
 	if o := firstOracle(results); o != nil && len(o.PerRequestMs) > 0 {
 		// The oracle's per-request bounds over the same requests, for reference.
@@ -114,7 +116,15 @@ func WriteOutputs(dir string, results []*Result, cmpStep int) ([]string, error) 
 			l.Dashes = []vg.Length{vg.Points(2), vg.Points(2)}
 			p.Add(l)
 			p.Legend.Add("oracle bound (whole run)", l)
+			curves++
 		}
+	}
+	if curves == 0 {
+		// No request succeeded (and no oracle bound): an empty plot, with an axis range a log
+		// scale accepts (gonum's LogScale panics on the empty range 0..0).
+		p.Title.Text += ": no successful requests"
+		p.X.Min, p.X.Max = 1, 1000
+		p.Y.Min, p.Y.Max = 0, 1
 	}
 	p.Add(plotter.NewGrid())
 	if err := save(p, "ttft_cdf", 8*vg.Inch, 5*vg.Inch); err != nil {

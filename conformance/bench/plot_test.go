@@ -76,6 +76,31 @@ func TestWriteOutputsWritesImagesAndJSON(t *testing.T) {
 	}
 }
 
+// TestWriteOutputsWithNoSuccessfulRequest: a run where every request failed (an EPP that
+// refuses everything, a duration shorter than one arrival) still writes every file; the TTFT
+// CDF's log axis used to panic on the empty range.
+func TestWriteOutputsWithNoSuccessfulRequest(t *testing.T) {
+	steps := []Step{{Rate: 1, Duration: 1e9}}
+	outs := []Outcome{{ID: 0, Step: 0, Status: 503, Error: "refused"}, {ID: 1, Step: 0, Status: 503, Error: "refused"}}
+	failed := BuildResult("refuses-all", Spec{Name: WorkloadRandom}, steps, &Load{Outcomes: outs}, nil)
+	empty := BuildResult("no-requests", Spec{Name: WorkloadRandom}, steps, &Load{}, nil)
+	for _, cmpStep := range []int{-1, 0} {
+		files, err := WriteOutputs(t.TempDir(), []*Result{failed, empty}, cmpStep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, f := range files {
+			if strings.HasPrefix(filepath.Base(f), "ttft_cdf.") {
+				n++
+			}
+		}
+		if n != 2 {
+			t.Errorf("cmpStep %d: %d ttft_cdf files written, want 2 (files %v)", cmpStep, n, files)
+		}
+	}
+}
+
 // TestWriteOutputsGoodputPlots: with --goodput and an SLO mix the ladder gains the goodput and
 // interactive-attainment plots; without them neither is written.
 func TestWriteOutputsGoodputPlots(t *testing.T) {
