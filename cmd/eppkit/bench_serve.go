@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"time"
 
@@ -136,6 +137,10 @@ func runServingBench(cmd *cobra.Command, f *singleFlags) error {
 		return badFlags("%v", err)
 	}
 	name := f.target
+	if f.target != bench.TargetRoundRobin && !slices.Contains(conformance.TargetNames(), f.target) {
+		return badFlags("--target: unknown target %q (have %s, %s)", f.target, bench.TargetRoundRobin,
+			strings.Join(conformance.TargetNames(), ", "))
+	}
 	if f.target != bench.TargetRoundRobin {
 		t, err := conformance.NewTarget(f.target, conformance.TargetOptions{Command: f.command, Address: f.address, HealthAddress: f.healthAddress})
 		if err != nil {

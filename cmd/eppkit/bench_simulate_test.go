@@ -120,6 +120,7 @@ func TestBenchSimulateRefusesBadFlags(t *testing.T) {
 		{[]string{"bench", "simulate", "--slo", "ttft:300"}, `--slo "ttft:300" needs --slo-fraction`},
 		// The serving benchmark itself: flags without a target are a mistake, not a request for help.
 		{[]string{"bench", "--rate", "5"}, "--target is required"},
+		{[]string{"bench", "--target", "nope"}, `unknown target "nope" (have round-robin, `},
 	} {
 		out, err := runEppkit(t, tc.args...)
 		var coded interface{ ExitCode() int }

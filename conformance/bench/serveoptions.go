@@ -117,7 +117,7 @@ func (f *ServeOptions) spec(n int) (Spec, error) {
 	if f.SLOFraction == 0 && slo.Set() {
 		// Without a share of interactive requests no request would carry the SLO: refuse rather
 		// than run a workload the user did not ask for.
-		return s, fmt.Errorf("--slo %q needs --slo-fraction (the share of requests that carry it, in (0,1])", f.SLO)
+		return s, fmt.Errorf("--slo %q needs --slo-fraction above 0 (the share of requests that carry it; 0, the default, sends none)", f.SLO)
 	}
 	if slo.E2ELMs > 0 {
 		return s, fmt.Errorf("--slo %q: e2el has no request header; use ttft and tpot", f.SLO)
