@@ -119,6 +119,10 @@ func TestBenchSimulateRefusesBadFlags(t *testing.T) {
 		{[]string{"bench", "simulate", "compare", "--policies", "round-robin,nope"}, `unknown policy "nope"`},
 		{[]string{"bench", "simulate", "--slo", "ttft:300"}, `--slo "ttft:300" needs --slo-fraction`},
 		// The serving benchmark itself: flags without a target are a mistake, not a request for help.
+		{[]string{"bench", "simulate", "--burstiness", "-1"}, "--burstiness must be a finite number > 0"},
+		{[]string{"bench", "simulate", "--burstiness", "NaN"}, "--burstiness must be a finite number > 0"},
+		{[]string{"bench", "simulate", "--refresh-metrics-interval", "-1s"}, "--refresh-metrics-interval must be > 0"},
+		{[]string{"bench", "simulate", "--refresh-metrics-interval", "0"}, "--refresh-metrics-interval must be > 0"},
 		{[]string{"bench", "--rate", "5"}, "--target is required"},
 		{[]string{"bench", "--target", "nope"}, `unknown target "nope" (have round-robin, `},
 	} {

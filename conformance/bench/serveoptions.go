@@ -26,7 +26,8 @@ type ServeOptions struct {
 	// Rate is a rate or a comma-separated ladder in req/s (--rate), sharing Duration (--duration).
 	Rate     string
 	Duration time.Duration
-	// Burstiness is the gamma shape of inter-arrival times (--burstiness); MaxConcurrency caps the
+	// Burstiness is the gamma shape of inter-arrival times (--burstiness; > 0, and 0 in a struct
+	// built in code means the flag default 1, Poisson); MaxConcurrency caps the
 	// requests in flight (--max-concurrency, 0 = none).
 	Burstiness     float64
 	MaxConcurrency int
@@ -148,6 +149,9 @@ func (f *ServeOptions) RunConfig(stderr io.Writer) (RunConfig, error) {
 	steps, err := ParseLadder(f.Rate, f.Duration)
 	if err != nil {
 		return rc, err
+	}
+	if f.Burstiness < 0 || math.IsNaN(f.Burstiness) || math.IsInf(f.Burstiness, 0) {
+		return rc, fmt.Errorf("--burstiness must be a finite number > 0 (1 = Poisson arrivals), got %v", f.Burstiness)
 	}
 	if f.MaxConcurrency < 0 {
 		return rc, fmt.Errorf("--max-concurrency must not be negative, got %d", f.MaxConcurrency)

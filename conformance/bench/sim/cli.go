@@ -85,6 +85,9 @@ func (o *Options) Config(stderr io.Writer) (Config, error) {
 	if o.Workload == bench.WorkloadMultiLoRA {
 		rc.Spec.Adapters = bench.AdapterNames(o.FleetSize)
 	}
+	if o.RefreshInterval <= 0 {
+		return c, badOptions("--refresh-metrics-interval must be > 0, got %v", o.RefreshInterval)
+	}
 	if o.StaleThreshold < o.RefreshInterval {
 		return c, badOptions("--stale-threshold must be ≥ --refresh-metrics-interval (got %v < %v)", o.StaleThreshold, o.RefreshInterval)
 	}
