@@ -54,22 +54,31 @@ driver and the machine's scheduler set, and the table then shows every other tar
 			defer stop()
 			if mf.targets != "" {
 				if o.EPP != "" {
-					return errMatrixAndEPP
+					return badFlags("%v", errMatrixAndEPP)
 				}
 				m, err := mf.options(o)
 				if err != nil {
-					return err
+					return badFlags("%v", err)
+				}
+				if err := m.Validate(); err != nil {
+					return badFlags("%v", err)
 				}
 				// Validate the per-cell load once up front (a placeholder address stands in for
 				// the EPPs the matrix starts).
 				probe := o
 				probe.EPP = "matrix"
 				if err := probe.Validate(); err != nil {
-					return err
+					return badFlags("%v", err)
 				}
 				m.Bench.Seed = probe.Seed
 				_, err = extproc.RunMatrix(ctx, cmd.OutOrStdout(), m)
 				return err
+			}
+			if err := o.Validate(); err != nil {
+				return badFlags("%v", err) // before dialling: a flag error, not a failed run
+			}
+			if _, err := extprocclient.ParseTLSSpec("--epp-tls", o.TLS); err != nil {
+				return badFlags("%v", err)
 			}
 			rep, err := extproc.Run(ctx, o)
 			if err != nil {

@@ -124,6 +124,12 @@ func TestBenchSimulateRefusesBadFlags(t *testing.T) {
 		{[]string{"bench", "simulate", "--refresh-metrics-interval", "-1s"}, "--refresh-metrics-interval must be > 0"},
 		{[]string{"bench", "simulate", "--refresh-metrics-interval", "0"}, "--refresh-metrics-interval must be > 0"},
 		{[]string{"bench", "--rate", "5"}, "--target is required"},
+		// bench extproc: flag errors are exit 3 before anything is dialled or started.
+		{[]string{"bench", "extproc"}, "--epp is required"},
+		{[]string{"bench", "extproc", "--epp", "127.0.0.1:1", "--epp-tls", "bogus"}, "--epp-tls"},
+		{[]string{"bench", "extproc", "--epp", "127.0.0.1:1", "--targets", "null"}, "cannot both be set"},
+		{[]string{"bench", "extproc", "--targets", "nope"}, `--targets: "nope" is not`},
+		{[]string{"bench", "extproc", "--targets", "null", "--metrics-pages", "x"}, `--metrics-pages: "x" is not`},
 		{[]string{"bench", "--target", "nope"}, `unknown target "nope" (have round-robin, `},
 	} {
 		out, err := runEppkit(t, tc.args...)

@@ -140,7 +140,11 @@ func ParseIntList(flag, s string, lo int) ([]int, error) {
 	return out, nil
 }
 
-func validateMatrix(m *MatrixOptions) error {
+// Validate checks the matrix's own options (each error names its flag: --targets,
+// --metrics-pages, --endpoint-counts, --refresh-metrics-interval, --settle, and --upstream-epp when
+// upstream is a target) and fills the defaults: Pages (minimal) and UpstreamEPP (the tools cache's
+// gie epp). The per-cell load (Bench) is checked by Options.Validate. RunMatrix calls it.
+func (m *MatrixOptions) Validate() error {
 	seen := map[string]bool{}
 	for _, t := range m.Targets {
 		if t != TargetReference && t != TargetUpstream && t != TargetNull {
@@ -239,7 +243,7 @@ func (p *eppProcess) waitReady(ctx context.Context, n int, timeout time.Duration
 
 // runMatrix runs every cell and prints one table; w gets progress lines and the table.
 func RunMatrix(ctx context.Context, w io.Writer, m MatrixOptions) (*MatrixReport, error) {
-	if err := validateMatrix(&m); err != nil {
+	if err := m.Validate(); err != nil {
 		return nil, err
 	}
 	if m.LogDir == "" {

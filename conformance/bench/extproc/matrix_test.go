@@ -60,12 +60,12 @@ func TestValidateMatrix(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			m := base
 			tc.mutate(&m)
-			err := validateMatrix(&m)
+			err := m.Validate()
 			if tc.wantErr == "" && err != nil {
-				t.Fatalf("validateMatrix: %v", err)
+				t.Fatalf("Validate: %v", err)
 			}
 			if tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
-				t.Fatalf("validateMatrix error = %v, want %q", err, tc.wantErr)
+				t.Fatalf("Validate error = %v, want %q", err, tc.wantErr)
 			}
 		})
 	}
