@@ -58,23 +58,21 @@ type holderRef struct {
 	id, slot int32
 }
 
-// holdersLocked returns the ids holding h (nil when none). For an inline set the ids are copied
-// into buf; an overflow set is copied into *spill (reused across calls). Callers use the result
-// before their next change to the index.
-func (ix *Index) holdersLocked(h uint64, buf *[inlineHolders]int32, spill *[]int32) []int32 {
+// holdersLocked returns a new slice of the ids holding h (nil when none). Only the diagnostic
+// views (Holders, ReverseMap) use it; Add and Match read the holder sets in place.
+func (ix *Index) holdersLocked(h uint64) []int32 {
 	v, ok := ix.holders[h]
 	if !ok {
 		return nil
 	}
 	if v.n <= inlineHolders {
-		*buf = v.ids
-		return buf[:v.n]
+		return slices.Clone(v.ids[:v.n])
 	}
-	*spill = (*spill)[:0]
+	ids := make([]int32, 0, len(ix.overflow[h]))
 	for _, r := range ix.overflow[h] {
-		*spill = append(*spill, r.id)
+		ids = append(ids, r.id)
 	}
-	return *spill
+	return ids
 }
 
 // slotOf returns the slot of h in endpoint id's LRU when id holds h; v is ix.holders[h].
@@ -360,9 +358,7 @@ func (ix *Index) Contents() map[string][]uint64 {
 func (ix *Index) Holders(h uint64) []string {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
-	var buf [inlineHolders]int32
-	var spill []int32
-	set := ix.holdersLocked(h, &buf, &spill)
+	set := ix.holdersLocked(h)
 	out := make([]string, 0, len(set))
 	for _, id := range set {
 		out = append(out, ix.names[id])
@@ -377,10 +373,8 @@ func (ix *Index) ReverseMap() map[uint64][]string {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	out := make(map[uint64][]string, len(ix.holders))
-	var buf [inlineHolders]int32
-	var spill []int32
 	for h := range ix.holders {
-		set := ix.holdersLocked(h, &buf, &spill)
+		set := ix.holdersLocked(h)
 		eps := make([]string, 0, len(set))
 		for _, id := range set {
 			eps = append(eps, ix.names[id])
