@@ -207,7 +207,7 @@ interop-predictor-parity: interop-tools
 ## interop-sim: the EPP-Routing profile against the reference EPP (its conformance config, every
 # feature it claims) with llm-d-inference-sim v0.10.2 as the model servers instead of the fakes
 # (--fleet sim: one simulator per network namespace and veth pair, load pinned through each one's
-# POST /admin/config fake-metrics; internal/simfleet). Needs root for `ip netns`: without it the
+# POST /admin/config fake-metrics; conformance/simfleet). Needs root for `ip netns`: without it the
 # run is skipped with a message (eppkit interop sim-preflight exits 4). The claimed features are the
 # reference's, except DataParallelRanks, whose test starts a second pool of its own fakes.
 # reports/interop/README.md compares the run with the same run on the fakes.
@@ -321,9 +321,9 @@ conformance-cluster: build
 catalogue:
 	$(GO) run ./cmd/eppkit conformance catalogue -o reports/CATALOGUE.md
 
-## mutants: the mutant matrix (reports/mutants.md; internal/mutant/matrix). bin/eppkit-mutants is built
+## mutants: the mutant matrix (reports/mutants.md; selfcheck/mutant/matrix). bin/eppkit-mutants is built
 # with the tag eppkit_mutants (the normal build cannot select a mutant). After a baseline per lane,
-# every protocol mutant runs the whole registry behind the mutant interceptor (fakes/interceptor) in
+# every protocol mutant runs the whole registry behind the mutant interceptor (selfcheck/mutant/interceptor) in
 # front of the reference AND of the upstream EPP v1.5.0 (judged on the tests it passes on its own
 # baseline, with the interop run's features and RequestShedding, which v1.5.0 passes); every other black-box mutant runs it against the
 # reference with EPPKIT_MUTANT set (wrapper plugins, decorated sources, the hooks left in
@@ -357,7 +357,7 @@ flake-check: build
 # of the eppkit_mutants build) and a go mod tidy check of the module and of examples/gotest (go
 # mod tidy -diff prints what tidy would change; direct dependencies must be direct).
 # MUTANT_PKGS are the packages whose files differ in the eppkit_mutants build.
-MUTANT_PKGS := ./internal/mutant/... ./cmd/eppkit ./reference/... ./suites/pluginstate ./suites/equivalence ./suites/dag
+MUTANT_PKGS := ./selfcheck/mutant/... ./cmd/eppkit ./reference/... ./suites/pluginstate ./suites/equivalence ./suites/dag
 lint:
 	$(GO) vet ./...
 	$(GO) vet -tags eppkit_mutants $(MUTANT_PKGS)

@@ -33,7 +33,7 @@ type TargetFactory func(opts TargetOptions) (harness.Target, error)
 type SourceFactory func() (harness.EndpointSource, error)
 
 // The built-in targets (command, address) and endpoint sources (static, apiserver); the
-// eppkit-specific ones (reference, cluster) are registered by internal/wiring.
+// eppkit-specific ones (reference, cluster) are registered by conformance/wiring.
 var (
 	registryNamesMu sync.Mutex
 	targets         = map[string]TargetFactory{
@@ -54,7 +54,7 @@ var (
 	}
 )
 
-// RegisterTarget adds a named target (internal/wiring registers "reference" and "cluster"). It
+// RegisterTarget adds a named target (conformance/wiring registers "reference" and "cluster"). It
 // panics on a duplicate name: it is called from init().
 func RegisterTarget(name string, f TargetFactory) {
 	registryNamesMu.Lock()

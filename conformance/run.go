@@ -17,9 +17,9 @@ import (
 	confv1 "sigs.k8s.io/gateway-api/conformance/apis/v1"
 
 	"github.com/eppkit/eppkit/conformance/harness"
+	"github.com/eppkit/eppkit/conformance/simfleet"
 	"github.com/eppkit/eppkit/conformance/target"
 	"github.com/eppkit/eppkit/fakes/gateway/extprocclient"
-	"github.com/eppkit/eppkit/internal/simfleet"
 	"github.com/eppkit/eppkit/internal/toolcache"
 	"github.com/eppkit/eppkit/internal/version"
 )
@@ -65,7 +65,7 @@ func exitErr(code int, format string, args ...any) *ExitError {
 // the field ("Target (--target): required").
 type Options struct {
 	// Target names the EPP under test (--target): "command" (Command), "address" (Address) or a
-	// target registered with RegisterTarget ("reference" and "cluster", by internal/wiring).
+	// target registered with RegisterTarget ("reference" and "cluster", by conformance/wiring).
 	// Required.
 	Target string
 	// Command is the command template of the command target (--command): a text/template over

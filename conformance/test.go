@@ -10,7 +10,7 @@
 // from the one registry returned by All.
 //
 // Modelled on sigs.k8s.io/gateway-api conformance/utils/suite (ConformanceTest, profiles, reports);
-// the code is ours. This package never imports reference/ (DESIGN.md import rules).
+// the code is ours. This package never imports reference/ (docs/architecture.md, import rules).
 package conformance
 
 import (

@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/eppkit/eppkit/conformance/bench"
+	"github.com/eppkit/eppkit/bench"
 )
 
 type compareFlags struct {

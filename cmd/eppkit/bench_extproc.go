@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/eppkit/eppkit/conformance/bench/extproc"
+	"github.com/eppkit/eppkit/bench/extproc"
 	"github.com/eppkit/eppkit/fakes/gateway/extprocclient"
 )
 

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/eppkit/eppkit/conformance/bench"
+	"github.com/eppkit/eppkit/bench"
 	"github.com/eppkit/eppkit/conformance/harness"
 	"github.com/eppkit/eppkit/conformance/target"
 )

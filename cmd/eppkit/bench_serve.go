@@ -12,8 +12,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/eppkit/eppkit/bench"
 	"github.com/eppkit/eppkit/conformance"
-	"github.com/eppkit/eppkit/conformance/bench"
 )
 
 func init() {

@@ -7,9 +7,9 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/eppkit/eppkit/conformance/bench"
-	"github.com/eppkit/eppkit/conformance/bench/sim"
-	"github.com/eppkit/eppkit/internal/simepp"
+	"github.com/eppkit/eppkit/bench"
+	"github.com/eppkit/eppkit/bench/sim"
+	"github.com/eppkit/eppkit/bench/simepp"
 )
 
 func init() { benchSubcommands = append(benchSubcommands, newBenchSimulateCommand) }

@@ -10,7 +10,7 @@ import (
 
 	"github.com/eppkit/eppkit/conformance"
 	"github.com/eppkit/eppkit/conformance/harness"
-	"github.com/eppkit/eppkit/internal/wiring"
+	"github.com/eppkit/eppkit/conformance/wiring"
 )
 
 func init() { subcommands = append(subcommands, newConformanceCommand) }

@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/eppkit/eppkit/conformance/bench/streamload"
+	"github.com/eppkit/eppkit/bench/streamload"
 )
 
 // newFakeVLLMLoadtestCommand is a hidden streaming load client used to measure the fake's

@@ -3,7 +3,7 @@ package main
 import (
 	"github.com/spf13/cobra"
 
-	"github.com/eppkit/eppkit/conformance/flakecheck"
+	"github.com/eppkit/eppkit/selfcheck/flakecheck"
 )
 
 func init() { subcommands = append(subcommands, newFlakeCheckCommand) }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/eppkit/eppkit/internal/predictorparity"
+	"github.com/eppkit/eppkit/selfcheck/predictorparity"
 )
 
 func init() { subcommands = append(subcommands, newInteropCommand) }

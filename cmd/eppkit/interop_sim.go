@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/eppkit/eppkit/internal/simfleet"
+	"github.com/eppkit/eppkit/conformance/simfleet"
 )
 
 // exitNoPrivileges is `eppkit interop sim-preflight`'s exit code when this machine cannot create
@@ -16,7 +16,7 @@ import (
 const exitNoPrivileges = 4
 
 // newSimPreflightCommand is `eppkit interop sim-preflight`: can this process give each
-// llm-d-inference-sim its own network namespace (internal/simfleet)?
+// llm-d-inference-sim its own network namespace (conformance/simfleet)?
 func newSimPreflightCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "sim-preflight",

@@ -11,8 +11,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/eppkit/eppkit/conformance"
+	_ "github.com/eppkit/eppkit/conformance/wiring" // the tests, the reference and cluster targets
 	buildversion "github.com/eppkit/eppkit/internal/version"
-	_ "github.com/eppkit/eppkit/internal/wiring" // the tests, the reference and cluster targets
 )
 
 // Exit codes shared by the subcommands (conformance.Exit*: 1 a test failed, 2 the harness or

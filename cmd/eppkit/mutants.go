@@ -3,9 +3,9 @@
 package main
 
 // Mutant builds only (-tags eppkit_mutants; `make mutants` builds bin/eppkit-mutants): the
-// `mutants` subcommand (flags → internal/mutant/matrix), the "intercepted" conformance target
-// (an EPP behind the mutant interceptor, fakes/interceptor) and the reference EPP's mutant
-// wrappers (internal/mutant/wrap), all selected by EPPKIT_MUTANT.
+// `mutants` subcommand (flags → selfcheck/mutant/matrix), the "intercepted" conformance target
+// (an EPP behind the mutant interceptor, selfcheck/mutant/interceptor) and the reference EPP's mutant
+// wrappers (selfcheck/mutant/wrap), all selected by EPPKIT_MUTANT.
 
 import (
 	"fmt"
@@ -14,12 +14,12 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/eppkit/eppkit/internal/mutant"
-	"github.com/eppkit/eppkit/internal/mutant/matrix"
-	"github.com/eppkit/eppkit/internal/mutant/wrap"
 	"github.com/eppkit/eppkit/reference/datalayer"
 	"github.com/eppkit/eppkit/reference/discovery"
 	"github.com/eppkit/eppkit/reference/eppserver"
+	"github.com/eppkit/eppkit/selfcheck/mutant"
+	"github.com/eppkit/eppkit/selfcheck/mutant/matrix"
+	"github.com/eppkit/eppkit/selfcheck/mutant/wrap"
 )
 
 func init() {
@@ -39,7 +39,7 @@ func newMutantsCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "mutants",
 		Short: "Run the mutant matrix (mutant builds only) and write reports/mutants.md",
-		Long: `Run the mutant matrix (internal/mutant/matrix): every mutant of internal/mutant breaks one rule; the
+		Long: `Run the mutant matrix (selfcheck/mutant/matrix): every mutant of selfcheck/mutant breaks one rule; the
 conformance registry (black-box mutants) or the white-box suite (white-box mutants) runs against it,
 and the test that targets the rule must fail. A baseline with no mutant runs first in every lane:
 the reference, the reference behind the transparent mutant interceptor, and (--upstream-command)

@@ -17,7 +17,7 @@ func init() { subcommands = append(subcommands, newReferenceEPPCommand) }
 
 // mutateReference is set only in mutant builds (mutants.go, tag eppkit_mutants): it applies the
 // active mutant's wrapper plugins and decorated sources to the reference's options
-// (internal/mutant/wrap.Reference). pool is the InferencePool discovery config, nil for --endpoints;
+// (selfcheck/mutant/wrap.Reference). pool is the InferencePool discovery config, nil for --endpoints;
 // metrics is the configuration opts.Collector was built from.
 var mutateReference func(opts *eppserver.Options, pool *discovery.PoolConfig, metrics datalayer.Config) error
 

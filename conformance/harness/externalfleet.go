@@ -8,7 +8,7 @@ import (
 )
 
 // ExternalFleet is a pool of model servers the harness does not run in process — e.g.
-// llm-d-inference-sim processes in their own network namespaces (internal/simfleet, `eppkit
+// llm-d-inference-sim processes in their own network namespaces (conformance/simfleet, `eppkit
 // conformance --fleet sim`) — used instead of the fake vLLM fleet (fakes/fleet). Its members must
 // answer the simulator's admin API as the fakes do: POST /admin/config with "fake-metrics" (the
 // simulator's schema, vllm.FakeMetrics) and its latency keys, and GET /admin/config.

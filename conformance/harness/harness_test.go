@@ -101,7 +101,7 @@ vllm:request_success_total 2
 }
 
 // externalFakes is an ExternalFleet over a fake fleet whose unpin value is the simulator's
-// baseline (zeros), as internal/simfleet's is.
+// baseline (zeros), as conformance/simfleet's is.
 type externalFakes struct{ f *fleet.Fleet }
 
 func (e externalFakes) Members() []ExternalMember {

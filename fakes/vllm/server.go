@@ -151,7 +151,7 @@ func (s *Server) newEngine(l Latency, index int) (*engine.Engine, error) {
 // EngineConfig is the engine configuration of engine `index` (the data-parallel rank, or the
 // engine of an internal data-parallel server) of a server with this configuration on clock clk
 // (nil: the real clock): its scheduler, KV-cache and latency settings, seeded with Seed + index.
-// The fleet simulation (conformance/bench/sim) builds its engines with it, so a simulated
+// The fleet simulation (bench/sim) builds its engines with it, so a simulated
 // endpoint is the engine a fake server would run.
 func (c Config) EngineConfig(index int, clk clock.WithTicker) engine.Config {
 	l := c.Latency

@@ -184,7 +184,7 @@ var Tools = map[string]Tool{
 		},
 	},
 	// llm-d-inference-sim, the vLLM simulator of the llm-d project: the model servers of the
-	// `make interop-sim` run (internal/simfleet starts one per network namespace). It has no cgo
+	// `make interop-sim` run (conformance/simfleet starts one per network namespace). It has no cgo
 	// of its own; its tokenizer calls huggingface.co only for a model name that exists there,
 	// which --force-dummy-tokenizer turns off (pkg/tokenizer/tokenizer.go, New).
 	SimTool: {

@@ -9,7 +9,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/eppkit/eppkit/internal/mutant"
+	"github.com/eppkit/eppkit/selfcheck/mutant"
 )
 
 // The PrepareData dependency graph (SPEC §1.1). Upstream builds it in
@@ -273,7 +273,7 @@ func buildDataGraph(r *Runtime) (*dataGraph, error) {
 		}
 		return lessTN(order[i].tn, order[j].tn)
 	})
-	// Mutant hook (one of the two left in reference/; internal/mutant, dead code without the
+	// Mutant hook (one of the two left in reference/; selfcheck/mutant, dead code without the
 	// eppkit_mutants tag): dag-map-order. The order of the DAG is internal to NewRuntime; a
 	// wrapper plugin or a decorated source cannot reorder it, so the hook sits here.
 	if mutant.Enabled && mutant.On(mutant.DAGMapOrder) {

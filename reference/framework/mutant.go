@@ -1,7 +1,7 @@
 package framework
 
 // mutantMapOrder reorders the nodes of each layer of order (sorted by layer) by Go map iteration,
-// upstream's order before eppkit sorted it, for the dag-map-order mutant (internal/mutant; dead
+// upstream's order before eppkit sorted it, for the dag-map-order mutant (selfcheck/mutant; dead
 // code in builds without the eppkit_mutants tag).
 func mutantMapOrder(order []*dataNode) {
 	for start := 0; start < len(order); {

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/eppkit/eppkit/internal/mutant"
+	"github.com/eppkit/eppkit/selfcheck/mutant"
 )
 
 // PrepareDataStats counts PrepareData outcomes since the runtime was built, for metrics and
@@ -96,7 +96,7 @@ func (r *Runtime) PrepareData(ctx context.Context, req *LLMRequest, endpoints []
 	}
 
 	budget := timer.C()
-	// Mutant hook (one of the two left in reference/; internal/mutant, dead code without the
+	// Mutant hook (one of the two left in reference/; selfcheck/mutant, dead code without the
 	// eppkit_mutants tag): prepare-budget-ignored. The budget is the runtime's own wait on its
 	// plugins; a wrapper plugin can only be slower, never make the runtime wait for it.
 	if mutant.Enabled && mutant.On(mutant.PrepareBudgetIgnored) {

@@ -9,9 +9,9 @@ import (
 
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/eppkit/eppkit/internal/benchfixture"
 	"github.com/eppkit/eppkit/reference/framework"
 	"github.com/eppkit/eppkit/reference/plugins"
+	"github.com/eppkit/eppkit/selfcheck/benchfixture"
 )
 
 // BenchmarkScheduleDefaultProfile measures one full scheduling cycle of the default profile

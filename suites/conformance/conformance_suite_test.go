@@ -34,9 +34,9 @@ import (
 
 	"github.com/eppkit/eppkit/conformance"
 	"github.com/eppkit/eppkit/conformance/harness"
+	_ "github.com/eppkit/eppkit/conformance/wiring" // the tests and the reference target
 	"github.com/eppkit/eppkit/internal/testseed"
 	"github.com/eppkit/eppkit/internal/version"
-	_ "github.com/eppkit/eppkit/internal/wiring" // the tests and the reference target
 )
 
 // suiteLabel selects this suite.

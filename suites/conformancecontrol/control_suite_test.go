@@ -33,7 +33,7 @@ import (
 
 	"github.com/eppkit/eppkit/conformance"
 	"github.com/eppkit/eppkit/conformance/harness"
-	_ "github.com/eppkit/eppkit/internal/wiring" // the tests and the reference target
+	_ "github.com/eppkit/eppkit/conformance/wiring" // the tests and the reference target
 )
 
 // suiteLabel selects this suite.

@@ -16,14 +16,14 @@ import (
 	"github.com/onsi/ginkgo/v2"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/eppkit/eppkit/internal/mutant"
-	"github.com/eppkit/eppkit/internal/mutant/wrap"
-	"github.com/eppkit/eppkit/internal/prefixworkload"
 	"github.com/eppkit/eppkit/internal/testseed"
 	"github.com/eppkit/eppkit/reference/framework"
 	"github.com/eppkit/eppkit/reference/plugins"
 	"github.com/eppkit/eppkit/reference/plugins/filters"
 	"github.com/eppkit/eppkit/reference/plugins/prefix"
+	"github.com/eppkit/eppkit/selfcheck/mutant"
+	"github.com/eppkit/eppkit/selfcheck/mutant/wrap"
+	"github.com/eppkit/eppkit/selfcheck/prefixworkload"
 )
 
 // Workload size (the brief: at least 20 seeds × 500 requests).

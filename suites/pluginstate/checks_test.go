@@ -12,11 +12,11 @@ import (
 
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/eppkit/eppkit/internal/mutant"
-	"github.com/eppkit/eppkit/internal/mutant/wrap"
 	"github.com/eppkit/eppkit/reference/framework"
 	"github.com/eppkit/eppkit/reference/plugins"
 	"github.com/eppkit/eppkit/reference/plugins/prefix"
+	"github.com/eppkit/eppkit/selfcheck/mutant"
+	"github.com/eppkit/eppkit/selfcheck/mutant/wrap"
 )
 
 // variant names the producer under test.

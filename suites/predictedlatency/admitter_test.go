@@ -7,10 +7,10 @@ import (
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"
 
-	"github.com/eppkit/eppkit/internal/latencytest"
 	"github.com/eppkit/eppkit/reference/director"
 	"github.com/eppkit/eppkit/reference/framework"
 	"github.com/eppkit/eppkit/reference/plugins/latency"
+	"github.com/eppkit/eppkit/suites/internal/latencytest"
 )
 
 var _ = ginkgo.Describe("latency-slo-admitter", ginkgo.Label(suiteLabel), func() {

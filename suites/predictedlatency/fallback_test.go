@@ -7,11 +7,11 @@ import (
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"
 
-	"github.com/eppkit/eppkit/internal/latencytest"
 	"github.com/eppkit/eppkit/reference/framework"
 	"github.com/eppkit/eppkit/reference/plugins/latency"
 	"github.com/eppkit/eppkit/reference/plugins/prefix"
 	"github.com/eppkit/eppkit/reference/predictor"
+	"github.com/eppkit/eppkit/suites/internal/latencytest"
 )
 
 // routing is the predicted-latency profile alone: tier filter (no exploration), latency scorer,

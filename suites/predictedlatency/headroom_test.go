@@ -9,13 +9,13 @@ import (
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"
 
-	"github.com/eppkit/eppkit/internal/latencytest"
 	"github.com/eppkit/eppkit/internal/testseed"
 	"github.com/eppkit/eppkit/reference/director"
 	"github.com/eppkit/eppkit/reference/framework"
 	"github.com/eppkit/eppkit/reference/plugins/latency"
 	"github.com/eppkit/eppkit/reference/plugins/prefix"
 	"github.com/eppkit/eppkit/reference/predictor"
+	"github.com/eppkit/eppkit/suites/internal/latencytest"
 )
 
 // producerOnly is a config whose only latency plugin is the producer (no calibration, so the

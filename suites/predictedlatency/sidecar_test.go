@@ -10,11 +10,11 @@ import (
 	"github.com/onsi/gomega"
 
 	fakepredictor "github.com/eppkit/eppkit/fakes/predictor"
-	"github.com/eppkit/eppkit/internal/latencytest"
 	"github.com/eppkit/eppkit/reference/framework"
 	"github.com/eppkit/eppkit/reference/plugins"
 	"github.com/eppkit/eppkit/reference/plugins/latency"
 	"github.com/eppkit/eppkit/reference/predictor"
+	"github.com/eppkit/eppkit/suites/internal/latencytest"
 )
 
 // sidecarRuntime builds the predicted-latency profile over the reference plugin set (the real

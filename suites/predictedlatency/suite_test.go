@@ -7,7 +7,7 @@
 // and the in-process predictor learning a synthetic linear law.
 //
 // Every spec builds its own framework.Runtime (or plugin) over a scriptable predictor
-// (internal/latencytest), with an injected clock where time matters, so specs are independent.
+// (suites/internal/latencytest), with an injected clock where time matters, so specs are independent.
 //
 // Run it alone:
 //

@@ -8,9 +8,9 @@ import (
 	"github.com/onsi/gomega"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/eppkit/eppkit/internal/latencytest"
 	"github.com/eppkit/eppkit/reference/framework"
 	"github.com/eppkit/eppkit/reference/plugins/latency"
+	"github.com/eppkit/eppkit/suites/internal/latencytest"
 )
 
 // stream drives one request through the runtime's hooks on a fake clock: Schedule + PreRequest at

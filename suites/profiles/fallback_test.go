@@ -7,11 +7,11 @@ import (
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"
 
-	"github.com/eppkit/eppkit/internal/latencytest"
 	"github.com/eppkit/eppkit/reference/director"
 	"github.com/eppkit/eppkit/reference/framework"
 	"github.com/eppkit/eppkit/reference/plugins/latency"
 	"github.com/eppkit/eppkit/reference/plugins/profiles"
+	"github.com/eppkit/eppkit/suites/internal/latencytest"
 )
 
 // fallbackConfig has a predicted-latency profile and a default profile under

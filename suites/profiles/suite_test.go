@@ -5,7 +5,7 @@
 // x-prefiller-host-port), and the primary profile that x-eppkit-profile names.
 //
 // Every spec builds its own framework.Runtime from a config over the reference plugins, with a
-// scriptable latency predictor (internal/latencytest), so specs are independent.
+// scriptable latency predictor (suites/internal/latencytest), so specs are independent.
 //
 // Run it alone:
 //

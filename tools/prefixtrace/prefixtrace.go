@@ -1,5 +1,5 @@
 // Package prefixtrace is the format of a prefix-score trace (JSON lines): one seeded workload of
-// internal/prefixworkload as upstream GIE v1.5.0's approx-prefix-cache-producer +
+// selfcheck/prefixworkload as upstream GIE v1.5.0's approx-prefix-cache-producer +
 // prefix-cache-scorer saw it, with their results, so that another GIE version, built in a module
 // of its own, can replay it and compare score by score. Written by tools/gie-v1.5.0/score-parity
 // (-record), read by tools/llmd-v0.7.1/prefix-replay (make interop-llmd-prefix-scores).

@@ -66,13 +66,13 @@ type Config struct {
 	Clock clock.WithTicker
 	// Stepped runs the engine without its background goroutine: it advances only inside calls
 	// (Submit, Stats, NextDue, the Sequence methods). A discrete-event driver that owns the clock
-	// (conformance/bench/sim) sets it and calls NextDue at every due time it reports, so events
+	// (bench/sim) sets it and calls NextDue at every due time it reports, so events
 	// nobody waits on (a finish that frees a slot) are still processed at their due times.
 	Stepped bool
 	// OnToken, when set, receives every output token of every sequence instead of Next: it is
 	// called, with the engine's lock held, at the token's due time (ev.At), in due-time order; it
 	// must not call the engine or block. Next then returns only the end of the stream (io.EOF) or
-	// the sequence's error. For drivers with no goroutine per sequence (conformance/bench/sim).
+	// the sequence's error. For drivers with no goroutine per sequence (bench/sim).
 	OnToken func(s *Sequence, ev Event)
 }
 

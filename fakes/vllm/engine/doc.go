@@ -55,7 +55,7 @@
 // A discrete-event simulation drives the engine without goroutines or timers: Config.Stepped
 // drops the background goroutine, Config.OnToken receives every token at its due time, and
 // NextDue says when the next one is due, so the driver advances its virtual clock from event to
-// event (conformance/bench/sim). HashPrompt and CachedPrefixTokens let it ask, without
+// event (bench/sim). HashPrompt and CachedPrefixTokens let it ask, without
 // submitting, how much of a prompt an engine has cached.
 //
 // Cost: no goroutine or timer per token. A consumer blocked in Next sleeps on one timer it reuses

@@ -4,8 +4,8 @@ import (
 	"context"
 	"testing"
 
-	"github.com/eppkit/eppkit/internal/benchfixture"
 	"github.com/eppkit/eppkit/reference/framework"
+	"github.com/eppkit/eppkit/selfcheck/benchfixture"
 )
 
 // BenchmarkLegacyScore measures one Score call (hash the 8,000-character prompt into 125 blocks,

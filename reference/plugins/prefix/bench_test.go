@@ -6,8 +6,8 @@ import (
 	"runtime"
 	"testing"
 
-	"github.com/eppkit/eppkit/internal/benchfixture"
 	"github.com/eppkit/eppkit/reference/framework"
+	"github.com/eppkit/eppkit/selfcheck/benchfixture"
 )
 
 // BenchmarkProducerPrepareData measures one PrepareRequestData call (hash the 8,000-character

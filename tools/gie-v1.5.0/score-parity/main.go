@@ -4,7 +4,7 @@
 // pkg/epp/framework/plugins/requestcontrol/dataproducer/approximateprefix and
 // pkg/epp/framework/plugins/scheduling/scorer/prefix) and to eppkit's reference/plugins/prefix,
 // and compares every endpoint's score exactly (float64 equality, plus MatchBlocks/TotalBlocks).
-// It then benchmarks both PrepareRequestData paths on internal/benchfixture in one run.
+// It then benchmarks both PrepareRequestData paths on selfcheck/benchfixture in one run.
 //
 // The comparison with upstream runs eppkit's producer in its v1.5.0-compatible hashing mode
 // (prefix.V150). A chain of further eppkit producers then turns SPEC's amendments of the hashing
@@ -42,10 +42,10 @@ import (
 	uprod "sigs.k8s.io/gateway-api-inference-extension/pkg/epp/framework/plugins/requestcontrol/dataproducer/approximateprefix"
 	uscorer "sigs.k8s.io/gateway-api-inference-extension/pkg/epp/framework/plugins/scheduling/scorer/prefix"
 
-	"github.com/eppkit/eppkit/internal/benchfixture"
-	"github.com/eppkit/eppkit/internal/prefixworkload"
 	"github.com/eppkit/eppkit/reference/framework"
 	"github.com/eppkit/eppkit/reference/plugins/prefix"
+	"github.com/eppkit/eppkit/selfcheck/benchfixture"
+	"github.com/eppkit/eppkit/selfcheck/prefixworkload"
 )
 
 // upstreamEffectiveLRU is upstream v1.5.0's defaultLRUCapacityPerServer, the capacity its
@@ -56,7 +56,7 @@ func main() {
 	seed := flag.Int64("seed", 0, "base seed (0 = time-based; printed)")
 	runs := flag.Int("runs", 12, "number of workloads (shapes cycle through the list in shapes())")
 	requests := flag.Int("requests", 300, "requests per workload")
-	bench := flag.Bool("bench", true, "benchmark both producers on internal/benchfixture")
+	bench := flag.Bool("bench", true, "benchmark both producers on selfcheck/benchfixture")
 	record := flag.String("record", "", "write the first workload's trace (JSON lines, record.go) to this file; with -runs=1 -bench=false, what `make interop-llmd-prefix-scores` replays on GIE v1.4.0")
 	recordShape := flag.Int("record-shape", 0, "with -record: the shape (index into shapes()) of the recorded workload")
 	flag.Parse()
@@ -267,7 +267,7 @@ func upstreamWaitGroup(p uplugin.Plugin) *sync.WaitGroup {
 	return (*sync.WaitGroup)(unsafe.Pointer(f.UnsafeAddr()))
 }
 
-// runWorkload runs n requests of the suites/equivalence workload (internal/prefixworkload:
+// runWorkload runs n requests of the suites/equivalence workload (selfcheck/prefixworkload:
 // shared templates, chat and completions shapes, models, salts, a pool of 1–16 endpoints with
 // optional small num_gpu_blocks, shuffled candidate order, endpoints leaving and joining) through
 // both producers and scorers, and counts the compared scores by outcome.

@@ -1,0 +1,249 @@
+package mutant
+
+import (
+	"sort"
+	"strings"
+)
+
+// Name names one mutant (the value of EPPKIT_MUTANT).
+type Name string
+
+// Kind says how a mutant is caught.
+type Kind string
+
+const (
+	// BlackBox mutants run as the reference EPP under the conformance registry.
+	BlackBox Kind = "conformance"
+	// WhiteBox mutants run under a white-box Ginkgo suite (suites/<Suite>) built with the tag.
+	WhiteBox Kind = "white-box"
+)
+
+// Via says where a mutant lives: how it breaks its rule without touching the code that keeps it.
+type Via string
+
+const (
+	// Interceptor mutants rewrite the ext_proc messages between the gateway and the EPP
+	// (selfcheck/mutant/interceptor), so they run in front of any EPP, the upstream EPP v1.5.0 included.
+	Interceptor Via = "ext_proc interceptor"
+	// Plugin mutants are wrapper plugins, decorated over the real plugin type in the registry of
+	// a mutant build (selfcheck/mutant/wrap.Registry).
+	Plugin Via = "wrapper plugin"
+	// EndpointSource mutants decorate the InferencePool endpoint source's informer events
+	// (selfcheck/mutant/wrap.PoolSource).
+	EndpointSource Via = "endpoint source decorator"
+	// MetricsSource mutants decorate the metrics source (selfcheck/mutant/wrap.Collector).
+	MetricsSource Via = "metrics source decorator"
+	// ModelRewriteSource mutants decorate the pool's model rewrite rules
+	// (selfcheck/mutant/wrap.ModelRewrites).
+	ModelRewriteSource Via = "model rewrite decorator"
+	// Hook mutants are one of the at most three `if mutant.On` hooks left in reference/, where no
+	// wrapper reaches (each hook's comment says why).
+	Hook Via = "hook in reference/"
+)
+
+// The mutants. Each breaks exactly one rule of SPEC.md.
+const (
+	HeaderMetadataDisagree  Name = "header-metadata-disagree"
+	SubsetIgnored           Name = "subset-ignored"
+	NoEndpoints500          Name = "no-endpoints-500"
+	StreamClosedAfterRefuse Name = "stream-closed-after-refusal"
+	RefusalBreaksStream     Name = "refusal-breaks-stream"
+	NotReadyPicked          Name = "not-ready-picked"
+	BodyNotChunked          Name = "body-not-chunked"
+	ContentLengthWrong      Name = "content-length-wrong"
+	PrefixAffinityOff       Name = "prefix-affinity-off"
+	QueueIgnored            Name = "queue-ignored"
+	KVIgnored               Name = "kv-ignored"
+	LoRAIgnored             Name = "lora-ignored"
+	SLOIgnored              Name = "slo-ignored"
+	CriticalShed            Name = "critical-shed"
+	RemovedEndpointKept     Name = "removed-endpoint-kept"
+	UsageSplitDonePanics    Name = "usage-split-done-panics"
+	StaleEndpointKept       Name = "stale-endpoint-kept"
+	RequestIDMissing        Name = "request-id-missing"
+	ModelRewriteIgnored     Name = "model-rewrite-ignored"
+	InputHeadersEchoed      Name = "input-headers-echoed"
+	BadRequest500           Name = "bad-request-500"
+	PluginStateScoreOnly    Name = "pluginstate-score-only"
+	DAGMapOrder             Name = "dag-map-order"
+	LegacyMatchOffByOne     Name = "legacy-match-off-by-one"
+	ProfileHeaderMissing    Name = "profile-header-missing"
+	RanksBeyondFirstDropped Name = "ranks-beyond-first-dropped"
+	PrepareBudgetIgnored    Name = "prepare-budget-ignored"
+	// The fakes' view of vLLM (issue 17, SPEC §7.1).
+	KVLegacyNameOnly    Name = "kv-legacy-name-only"
+	KVCurrentNameOnly   Name = "kv-current-name-only"
+	LoRAFamilyRequired  Name = "lora-family-required"
+	EngineSeriesIgnored Name = "engine-series-ignored"
+	// The production request surface (issue 16, SPEC §2.1, §9).
+	PromptListRefused       Name = "prompt-list-refused"
+	EmbeddingsAsCompletions Name = "embeddings-as-completions"
+	ResponsesRefused        Name = "responses-refused"
+	MessagesSystemUnhashed  Name = "messages-system-unhashed"
+	TokenIDsUnhashed        Name = "token-ids-unhashed"
+	PartsHashedAsText       Name = "parts-hashed-as-text"
+	PartialBlockDropped     Name = "partial-block-dropped"
+	StateKeyedByXRequestID  Name = "state-keyed-by-x-request-id"
+	HeadersAppended         Name = "headers-appended"
+	RefusalReasonMissing    Name = "refusal-reason-missing"
+	ModelRewriteNotSplit    Name = "model-rewrite-not-split"
+)
+
+// Mutant describes one mutant for the matrix.
+type Mutant struct {
+	// Name is the EPPKIT_MUTANT value.
+	Name Name
+	// Breaks is the rule it breaks, in words.
+	Breaks string
+	// Via is where the mutant lives (Interceptor, Plugin, EndpointSource, MetricsSource,
+	// ModelRewriteSource, Hook).
+	Via Via
+	// Where says what the mutant changes, and where.
+	Where string
+	// Kind is how it is run (BlackBox or WhiteBox).
+	Kind Kind
+	// Target is the conformance ShortName (BlackBox) or the Ginkgo spec text that targets the
+	// rule (WhiteBox, matched as a substring of the full spec text).
+	Target string
+	// Suite is the white-box suite directory under suites/ (WhiteBox only).
+	Suite string
+	// NeedsAPIServer is true when the target test exercises the rule only with an endpoint source
+	// that can change the pool (apiserver).
+	NeedsAPIServer bool
+}
+
+var catalogue = []Mutant{
+	{Name: HeaderMetadataDisagree, Breaks: "the pick header and the pick dynamic metadata are equal when both are set (SPEC §5.1)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: the pick metadata is replaced by an earlier pick of the EPP, so header and metadata disagree", Kind: BlackBox, Target: "EPPPickHeaderAndMetadata"},
+	{Name: SubsetIgnored, Breaks: "the pick stays inside the subset hint (SPEC §5.1)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: a non-empty subset hint is removed from the metadata the EPP receives (an empty hint still reaches it)", Kind: BlackBox, Target: "EPPSubsetHint"},
+	{Name: NoEndpoints500, Breaks: "no eligible endpoint is answered with 503 (SPEC §5.1, §5.3)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: an ImmediateResponse 503 reaches the gateway as 500", Kind: BlackBox, Target: "EPPNoEligibleEndpoint503"},
+	{Name: StreamClosedAfterRefuse, Breaks: "after a refusal the same ext_proc stream keeps serving (SPEC §5.2, eppkit)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: the stream ends (status OK) after an ImmediateResponse", Kind: BlackBox, Target: "ReferenceStreamSurvivesRefusal"},
+	{Name: RefusalBreaksStream, Breaks: "a refused request never breaks the stream: it ends cleanly or keeps serving (SPEC §5.3)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: the stream fails with gRPC Internal after an ImmediateResponse", Kind: BlackBox, Target: "OpenAIRefusalKeepsServing"},
+	{Name: NotReadyPicked, Breaks: "picks are ready endpoints of the pool (SPEC §5.1)",
+		Via: EndpointSource, Where: "selfcheck/mutant/wrap PoolSource: every Pod event reads as Ready", Kind: BlackBox, Target: "EPPPickIsReadyEndpoint", NeedsAPIServer: true},
+	{Name: BodyNotChunked, Breaks: "the mutated body is returned in chunks of at most 62,000 bytes (SPEC §5.2)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: the streamed body responses are merged into one chunk", Kind: BlackBox, Target: "OpenAILargeBodyChunked"},
+	{Name: ContentLengthWrong, Breaks: "Content-Length is set to the returned body's length (SPEC §5.2)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: the Content-Length the EPP sets is one byte too long", Kind: BlackBox, Target: "OpenAILargeBodyChunked"},
+	{Name: PrefixAffinityOff, Breaks: "requests sharing a long prefix go to the endpoint that served it (SPEC §6 PrefixCacheAffinity)",
+		Via: Plugin, Where: "selfcheck/mutant/wrap: prefix-cache-scorer wrapped, every endpoint scores 0", Kind: BlackBox, Target: "PrefixCacheAffinity"},
+	{Name: QueueIgnored, Breaks: "a deep waiting queue keeps an endpoint's share ≤ 5% (SPEC §6 QueueAwareness)",
+		Via: Plugin, Where: "selfcheck/mutant/wrap: queue-scorer wrapped, every endpoint scores 1", Kind: BlackBox, Target: "QueueAwareness"},
+	{Name: KVIgnored, Breaks: "a nearly full KV cache keeps an endpoint's share ≤ 5% (SPEC §6 KVCacheAwareness)",
+		Via: Plugin, Where: "selfcheck/mutant/wrap: kv-cache-utilization-scorer wrapped, every endpoint scores 1", Kind: BlackBox, Target: "KVCacheAwareness"},
+	{Name: LoRAIgnored, Breaks: "requests for a running adapter go to its endpoint (SPEC §6 LoRAAffinity)",
+		Via: Plugin, Where: "selfcheck/mutant/wrap: lora-affinity-scorer wrapped, every endpoint scores 1", Kind: BlackBox, Target: "LoRAAffinity"},
+	{Name: SLOIgnored, Breaks: "requests with a TTFT SLO only fast endpoints meet go to fast endpoints (SPEC §6 PredictedLatency)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: the SLO headers x-slo-ttft-ms and x-slo-tpot-ms never reach the EPP", Kind: BlackBox, Target: "PredictedLatency"},
+	{Name: CriticalShed, Breaks: "only sheddable requests (priority < 0) are shed under saturation (SPEC §3, §6 RequestShedding)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: every request reaches the EPP as the sheddable InferenceObjective", Kind: BlackBox, Target: "RequestShedding"},
+	{Name: RemovedEndpointKept, Breaks: "an endpoint removed from the pool stops being picked (SPEC §6 EndpointChurn)",
+		Via: EndpointSource, Where: "selfcheck/mutant/wrap PoolSource: Pod deletions (graceful or not) never reach the source", Kind: BlackBox, Target: "EndpointChurn", NeedsAPIServer: true},
+	{Name: UsageSplitDonePanics, Breaks: "usage parsing never breaks a response, [DONE] split across chunks included (SPEC §5.2)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: the stream fails (gRPC Internal) when an SSE response chunk ends inside data: [DONE], as an EPP whose usage parser crashes", Kind: BlackBox, Target: "OpenAIResponseUsageRobust"},
+	{Name: StaleEndpointKept, Breaks: "stale endpoints are filtered out unless every candidate is stale (SPEC §3, eppkit)",
+		Via: MetricsSource, Where: "selfcheck/mutant/wrap Collector: no endpoint is ever stale", Kind: BlackBox, Target: "ReferenceStaleEndpointFiltered"},
+	{Name: RequestIDMissing, Breaks: "x-request-id is generated when absent (SPEC §5.2)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: the x-request-id the EPP generates is removed from its header mutation", Kind: BlackBox, Target: "OpenAIRequestID"},
+	{Name: ModelRewriteIgnored, Breaks: "x-gateway-model-name-rewrite rewrites the body's model (SPEC §5.2)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: x-gateway-model-name-rewrite never reaches the EPP", Kind: BlackBox, Target: "OpenAIModelNameRewrite"},
+	{Name: InputHeadersEchoed, Breaks: "the header mutation never sets the x-gateway-* input headers back (SPEC §5.2)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: x-gateway-inference-objective is set back in the request-headers response", Kind: BlackBox, Target: "OpenAIInputHeadersNotEchoed"},
+	{Name: BadRequest500, Breaks: "malformed bodies are refused with 400 (SPEC §5.2, §5.3)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: an ImmediateResponse 400 reaches the gateway as 500", Kind: BlackBox, Target: "OpenAIBadRequest400"},
+	{Name: ProfileHeaderMissing, Breaks: "the response headers name the primary profile in x-eppkit-profile (SPEC §3, eppkit)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: x-eppkit-profile is removed from the response-headers response", Kind: BlackBox, Target: "ReferenceProfileHeader"},
+	{Name: RanksBeyondFirstDropped, Breaks: "every rank port (targetPort) of a Ready pod is an endpoint (GIE v1.5.0 api/v1 spec.targetPorts and pkg/epp/datastore; SPEC has no data-parallel rule)",
+		Via: EndpointSource, Where: "selfcheck/mutant/wrap PoolSource: the InferencePool reads as having only its first targetPort", Kind: BlackBox, Target: "DataParallelRanks", NeedsAPIServer: true},
+	{Name: KVLegacyNameOnly, Breaks: "the KV-cache gauge is read under the name the model server exports, vllm:kv_cache_usage_perc on current vLLM (SPEC §6 KVCacheAwareness, §7.1)",
+		Via: MetricsSource, Where: "selfcheck/mutant/wrap Collector: KV use read only from vllm:gpu_cache_usage_perc (vLLM before v0.10), no fallback", Kind: BlackBox, Target: "KVCacheAwareness"},
+	{Name: KVCurrentNameOnly, Breaks: "the KV-cache gauge is read under vLLM's name before v0.10, vllm:gpu_cache_usage_perc, when the current one is missing (SPEC §7.1, eppkit)",
+		Via: MetricsSource, Where: "selfcheck/mutant/wrap Collector: KV use read only from vllm:kv_cache_usage_perc, no fallback (upstream v1.5.0's default)", Kind: BlackBox, Target: "ReferenceKVCacheLegacyMetricName"},
+	{Name: LoRAFamilyRequired, Breaks: "model servers without LoRA (no vllm:lora_requests_info) are still routed by their load (SPEC §6 LoRAAffinity, §7.1; llm-d-router #926)",
+		Via: MetricsSource, Where: "selfcheck/mutant/wrap Collector: a scrape without the vllm:lora_requests_info family fails as a whole", Kind: BlackBox, Target: "LoRAAffinity"},
+	{Name: EngineSeriesIgnored, Breaks: "a server's data-parallel engine series are summed into its load (SPEC §7.1, eppkit; GIE #2950)",
+		Via: MetricsSource, Where: "selfcheck/mutant/wrap Collector: the engine label is never looked for, so each family's first series (engine 0) is read, as upstream v1.5.0", Kind: BlackBox, Target: "ReferenceEngineSeriesSummed"},
+	{Name: PrepareBudgetIgnored, Breaks: "a PrepareData producer overrunning the phase budget does not hold the decision (SPEC §1.1, eppkit)",
+		Via: Hook, Where: "reference/framework Runtime.PrepareData: the budget timer is never selected, the phase waits for every plugin", Kind: BlackBox, Target: "ReferencePrepareDataBudget"},
+	{Name: PromptListRefused, Breaks: "a completions prompt given as an array of strings is routed (SPEC §9.1, upstream)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: a /v1/completions body whose prompt is not a string is answered with 400 \"prompt must be a string\" (the EPP never answers it)", Kind: BlackBox, Target: "OpenAICompletionsPromptList"},
+	{Name: EmbeddingsAsCompletions, Breaks: "/v1/embeddings is recognised by its path and routed (SPEC §9.1, upstream)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: a /v1/embeddings request is answered with 400 \"field prompt is required for completions\", as an EPP whose parser falls through to completions", Kind: BlackBox, Target: "OpenAIEmbeddingsRouted"},
+	{Name: ResponsesRefused, Breaks: "/v1/responses (OpenAI Responses) is recognised by its path and routed (SPEC §9.1, upstream)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: a /v1/responses request is answered with 400, as an EPP that parses it as completions", Kind: BlackBox, Target: "OpenAIResponsesRouted"},
+	{Name: MessagesSystemUnhashed, Breaks: "an Anthropic Messages request's system prompt takes part in the prefix hash (SPEC §9.1, eppkit)",
+		Via: Plugin, Where: "selfcheck/mutant/wrap: approx-prefix-cache-producer wrapped, it hashes a /v1/messages request without its system prompt (as an EPP that parses it as chat)", Kind: BlackBox, Target: "ReferenceAnthropicMessagesRouted"},
+	{Name: TokenIDsUnhashed, Breaks: "token-id prompts are hashed by their ids, so they get prefix affinity (SPEC §9.1, §2.1, eppkit)",
+		Via: Plugin, Where: "selfcheck/mutant/wrap: approx-prefix-cache-producer wrapped, token-id prompts and inputs reach it without their ids (no blocks)", Kind: BlackBox, Target: "ReferenceTokenIDPrompts"},
+	{Name: PartsHashedAsText, Breaks: "every chat content part reaches the prefix hash by its identity, inline data by digest (SPEC §9.1, eppkit)",
+		Via: Plugin, Where: "selfcheck/mutant/wrap: approx-prefix-cache-producer built with v1.5.0's chat encoding (prefix.HashCompat.V150Chat: inline data as text, cut at 256 blocks; file parts dropped)", Kind: BlackBox, Target: "ReferenceMultimodalPrefixIdentity"},
+	{Name: PartialBlockDropped, Breaks: "the trailing partial block is hashed (SPEC §2.1; GIE PR #2823)",
+		Via: Plugin, Where: "selfcheck/mutant/wrap: approx-prefix-cache-producer built without the trailing partial block (prefix.HashCompat.NoPartialBlock, v1.5.0)", Kind: BlackBox, Target: "ReferencePartialBlockHashed"},
+	{Name: StateKeyedByXRequestID, Breaks: "plugin state is keyed by the EPP's own request id, never by x-request-id (SPEC §9.2, GIE #1489)",
+		Via: Plugin, Where: "selfcheck/mutant/wrap: approx-prefix-cache-producer wrapped, its plugin state written and read under the request's x-request-id, so requests sharing one overwrite and delete each other's hashes", Kind: BlackBox, Target: "ReferenceDuplicateRequestIDIsolated"},
+	{Name: HeadersAppended, Breaks: "every header the EPP sets overwrites the request's value (append_action OVERWRITE_IF_EXISTS_OR_ADD, SPEC §9.3)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: every request header the EPP sets is marked APPEND_IF_EXISTS_OR_ADD (the proto's zero value)", Kind: BlackBox, Target: "OpenAIHeaderOverwrite"},
+	{Name: RefusalReasonMissing, Breaks: "every ImmediateResponse carries x-eppkit-reason (SPEC §9.3, eppkit)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: x-eppkit-reason is removed from every ImmediateResponse (the JSON body stays)", Kind: BlackBox, Target: "ReferenceRefusalReasonHeader"},
+	{Name: ModelRewriteNotSplit, Breaks: "an InferenceModelRewrite's targets share requests by weight (SPEC §9.4, upstream)",
+		Via: ModelRewriteSource, Where: "selfcheck/mutant/wrap ModelRewrites: the first target chosen for a model is kept for every later request for it", Kind: BlackBox, Target: "OpenAIModelRewriteWeighted"},
+	{Name: PluginStateScoreOnly, Breaks: "the prefix producer writes its plugin state in PrepareData, so the pick is indexed without a prefix scorer (GIE PR #2005, SPEC §1)",
+		Via: Plugin, Where: "selfcheck/mutant/wrap: approx-prefix-cache-producer wrapped, its plugin-state entry deleted when PrepareData ends", Kind: WhiteBox, Suite: "pluginstate",
+		Target: "the only profile has no prefix scorer should hold: PreRequest indexes the pick"},
+	{Name: DAGMapOrder, Breaks: "independent PrepareData plugins run in name order, the same on every start (SPEC §1.1, eppkit)",
+		Via: Hook, Where: "reference/framework buildDataGraph: each layer of the sorted DAG is reordered by map iteration", Kind: WhiteBox, Suite: "dag",
+		Target: "should sort them identically, by name then type, on every start"},
+	{Name: LegacyMatchOffByOne, Breaks: "the legacy and producer+scorer prefix plugins give equal match lengths (SPEC §2.3)",
+		Via: Plugin, Where: "selfcheck/mutant/wrap: legacy-prefix-cache-scorer wrapped, every match one block short", Kind: WhiteBox, Suite: "equivalence",
+		Target: "should give equal scores, equal picks and equal indexes on every request"},
+}
+
+// Catalogue returns every mutant, in matrix order (a copy).
+func Catalogue() []Mutant { return append([]Mutant(nil), catalogue...) }
+
+// Lookup returns the mutant named n.
+func Lookup(n Name) (Mutant, bool) {
+	for _, m := range catalogue {
+		if m.Name == n {
+			return m, true
+		}
+	}
+	return Mutant{}, false
+}
+
+// Names returns every mutant name, sorted.
+func Names() []string {
+	out := make([]string, 0, len(catalogue))
+	for _, m := range catalogue {
+		out = append(out, string(m.Name))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Parse splits a comma list of mutant names; an unknown name is an error naming it.
+func Parse(list string) ([]Mutant, error) {
+	var out []Mutant
+	for _, s := range strings.Split(list, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		m, ok := Lookup(Name(s))
+		if !ok {
+			return nil, &UnknownError{Name: s}
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// UnknownError is an unknown mutant name.
+type UnknownError struct{ Name string }
+
+func (e *UnknownError) Error() string {
+	return "unknown mutant " + strings.TrimSpace(e.Name) + " (known: " + strings.Join(Names(), ", ") + ")"
+}

@@ -1,0 +1,487 @@
+package interceptor
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/eppkit/eppkit/fakes/gateway/extprocclient"
+	"github.com/eppkit/eppkit/selfcheck/mutant"
+)
+
+// Header names the protocol mutants read or rewrite (SPEC §4.1, §5.2; upstream v1.5.0
+// pkg/epp/metadata/consts.go and pkg/common/request).
+const (
+	headerRequestID   = "x-request-id"
+	headerObjective   = "x-gateway-inference-objective"
+	headerModelRewite = "x-gateway-model-name-rewrite"
+	headerTTFTSLO     = "x-slo-ttft-ms"
+	headerTPOTSLO     = "x-slo-tpot-ms"
+	headerContentLen  = "content-length"
+	// headerProfile is the reference EPP's response header naming the primary profile [eppkit].
+	headerProfile = "x-eppkit-profile"
+	// headerReason is the reference EPP's ImmediateResponse header naming the refusal's cause
+	// (SPEC §9.3) [eppkit].
+	headerReason = "x-eppkit-reason"
+	// headerPath is the request path pseudo-header Envoy sends in request_headers.
+	headerPath = ":path"
+	// sseDone is the marker that ends an OpenAI SSE stream.
+	sseDone = "data: [DONE]"
+)
+
+// rule is one protocol mutant: request rewrites (or fails on) a gateway message in place,
+// response turns an EPP message into what the gateway gets. Nil hooks pass messages through.
+type rule struct {
+	request  func(st *stream, msg *extprocv3.ProcessingRequest) error
+	response func(st *stream, resp *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, *ending)
+}
+
+// pass forwards resp unchanged.
+func pass(resp *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, *ending) {
+	return []*extprocv3.ProcessingResponse{resp}, nil
+}
+
+// rules are the protocol mutants, by name; "" is the transparent proxy. Each breaks the rule its
+// catalogue entry (selfcheck/mutant) names, and nothing else.
+var rules = map[mutant.Name]rule{
+	"": {},
+
+	// The pick header and the pick metadata name different endpoints (both pool members: the
+	// value is an earlier pick of this EPP).
+	mutant.HeaderMetadataDisagree: {response: func(st *stream, resp *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, *ending) {
+		hm := commonOf(resp).GetHeaderMutation()
+		header := setHeaderValue(hm, extprocclient.DestinationKey)
+		md := pickMetadata(resp)
+		pick := md
+		if pick == "" {
+			pick = header
+		}
+		if pick == "" {
+			return pass(resp)
+		}
+		other := st.i.otherPick(pick)
+		if other == "" {
+			return pass(resp)
+		}
+		if header == "" {
+			// Only the metadata carries the pick: add a header that disagrees with it.
+			addSetHeader(resp, extprocclient.DestinationKey, other)
+		} else {
+			setPickMetadata(resp, other)
+		}
+		return pass(resp)
+	}},
+
+	// A non-empty subset hint is hidden from the EPP, so its pick ignores the hint (an empty
+	// hint still reaches it).
+	mutant.SubsetIgnored: {request: func(_ *stream, msg *extprocv3.ProcessingRequest) error {
+		fm := msg.GetMetadataContext().GetFilterMetadata()
+		ns := fm[extprocclient.SubsetHintNamespace]
+		if v, ok := ns.GetFields()[extprocclient.SubsetHintKey]; ok && len(v.GetListValue().GetValues()) > 0 {
+			delete(ns.Fields, extprocclient.SubsetHintKey)
+			if len(ns.Fields) == 0 {
+				delete(fm, extprocclient.SubsetHintNamespace)
+			}
+		}
+		return nil
+	}},
+
+	// An ImmediateResponse 503 (no eligible endpoint) reaches the gateway as 500.
+	mutant.NoEndpoints500: {response: func(_ *stream, resp *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, *ending) {
+		restatus(resp, typev3.StatusCode_ServiceUnavailable, typev3.StatusCode_InternalServerError)
+		return pass(resp)
+	}},
+
+	// An ImmediateResponse 400 (malformed body) reaches the gateway as 500.
+	mutant.BadRequest500: {response: func(_ *stream, resp *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, *ending) {
+		restatus(resp, typev3.StatusCode_BadRequest, typev3.StatusCode_InternalServerError)
+		return pass(resp)
+	}},
+
+	// After an ImmediateResponse the stream ends with status OK.
+	mutant.StreamClosedAfterRefuse: {response: func(_ *stream, resp *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, *ending) {
+		if resp.GetImmediateResponse() != nil {
+			return []*extprocv3.ProcessingResponse{resp}, &ending{}
+		}
+		return pass(resp)
+	}},
+
+	// After an ImmediateResponse the stream fails with gRPC Internal.
+	mutant.RefusalBreaksStream: {response: func(_ *stream, resp *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, *ending) {
+		if resp.GetImmediateResponse() != nil {
+			return []*extprocv3.ProcessingResponse{resp}, &ending{err: status.Error(codes.Internal, "ext_proc: mutant refusal-breaks-stream")}
+		}
+		return pass(resp)
+	}},
+
+	// The streamed request body goes back to the gateway in one chunk, however long.
+	mutant.BodyNotChunked: {response: func(st *stream, resp *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, *ending) {
+		sr := resp.GetRequestBody().GetResponse().GetBodyMutation().GetStreamedResponse()
+		if sr == nil {
+			held := st.held
+			st.held = nil
+			return append(held, resp), nil
+		}
+		st.held = append(st.held, resp)
+		if !sr.GetEndOfStream() {
+			return nil, nil
+		}
+		var body []byte
+		for _, h := range st.held {
+			body = append(body, h.GetRequestBody().GetResponse().GetBodyMutation().GetStreamedResponse().GetBody()...)
+		}
+		sr.Body = body // the last message, with end_of_stream, carries the whole body
+		st.held = nil
+		return []*extprocv3.ProcessingResponse{resp}, nil
+	}},
+
+	// The Content-Length the EPP sets on the request is one byte longer than the body it returns.
+	mutant.ContentLengthWrong: {response: func(_ *stream, resp *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, *ending) {
+		if !requestPhase(resp) {
+			return pass(resp)
+		}
+		for _, o := range commonOf(resp).GetHeaderMutation().GetSetHeaders() {
+			h := o.GetHeader()
+			if !strings.EqualFold(h.GetKey(), headerContentLen) {
+				continue
+			}
+			n, err := strconv.Atoi(strings.TrimSpace(valueOf(h)))
+			if err != nil {
+				continue
+			}
+			setValue(h, strconv.Itoa(n+1))
+		}
+		return pass(resp)
+	}},
+
+	// The SLO headers never reach the EPP.
+	mutant.SLOIgnored: {request: func(_ *stream, msg *extprocv3.ProcessingRequest) error {
+		removeHeaders(msg.GetRequestHeaders().GetHeaders(), headerTTFTSLO, headerTPOTSLO)
+		return nil
+	}},
+
+	// Every request reaches the EPP as the sheddable objective, so requests with priority ≥ 0
+	// are shed under saturation too.
+	mutant.CriticalShed: {request: func(st *stream, msg *extprocv3.ProcessingRequest) error {
+		if h := msg.GetRequestHeaders().GetHeaders(); h != nil {
+			removeHeaders(h, headerObjective)
+			h.Headers = append(h.Headers, &corev3.HeaderValue{Key: headerObjective, RawValue: []byte(st.i.opts.SheddableObjective)})
+		}
+		return nil
+	}},
+
+	// The stream fails when an SSE response chunk ends inside "data: [DONE]", as an EPP whose
+	// usage parser crashes on the split marker.
+	mutant.UsageSplitDonePanics: {request: func(st *stream, msg *extprocv3.ProcessingRequest) error {
+		if msg.GetResponseBody() == nil || !st.sse {
+			return nil
+		}
+		if l := st.line; len(l) > len("data: ") && len(l) < len(sseDone) && strings.HasPrefix(sseDone, string(l)) {
+			return status.Error(codes.Internal, "ext_proc: mutant usage-split-done-panics: data: [DONE] split across chunks")
+		}
+		return nil
+	}},
+
+	// The x-request-id the EPP generates for a request without one is not set on the request.
+	mutant.RequestIDMissing: {response: func(st *stream, resp *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, *ending) {
+		if requestPhase(resp) && !st.hadRequestID {
+			if hm := commonOf(resp).GetHeaderMutation(); hm != nil {
+				hm.SetHeaders = dropOptions(hm.SetHeaders, headerRequestID)
+			}
+		}
+		return pass(resp)
+	}},
+
+	// x-gateway-model-name-rewrite never reaches the EPP.
+	mutant.ModelRewriteIgnored: {request: func(_ *stream, msg *extprocv3.ProcessingRequest) error {
+		removeHeaders(msg.GetRequestHeaders().GetHeaders(), headerModelRewite)
+		return nil
+	}},
+
+	// The request-headers response sets the gateway's x-gateway-inference-objective back.
+	mutant.InputHeadersEchoed: {response: func(st *stream, resp *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, *ending) {
+		if resp.GetRequestHeaders() != nil && st.objective != "" {
+			addSetHeader(resp, headerObjective, st.objective)
+		}
+		return pass(resp)
+	}},
+
+	// A completions prompt that is not a string (a list of strings, token ids, lists of token
+	// ids) is refused with 400, as an EPP that parses prompt as a string only.
+	mutant.PromptListRefused: refuseWhen(func(path string, body []byte) string {
+		if !pathIs(path, "/completions") || pathIs(path, "/chat/completions") {
+			return ""
+		}
+		var b struct {
+			Prompt json.RawMessage `json:"prompt"`
+		}
+		if json.Unmarshal(body, &b) != nil || len(b.Prompt) == 0 || b.Prompt[0] == '"' {
+			return ""
+		}
+		return "prompt must be a string"
+	}),
+
+	// /v1/embeddings is not recognised: the body falls through to the completions parser, which
+	// finds no prompt.
+	mutant.EmbeddingsAsCompletions: refuseWhen(func(path string, _ []byte) string {
+		if pathIs(path, "/embeddings") {
+			return "field prompt is required for completions"
+		}
+		return ""
+	}),
+
+	// /v1/responses is not recognised: the body falls through to the completions parser.
+	mutant.ResponsesRefused: refuseWhen(func(path string, _ []byte) string {
+		if pathIs(path, "/responses") {
+			return "field prompt is required for completions"
+		}
+		return ""
+	}),
+
+	// Every request header the EPP sets is marked APPEND_IF_EXISTS_OR_ADD (the proto's zero
+	// value): a gateway that honours append_action keeps the client's value beside the EPP's.
+	mutant.HeadersAppended: {response: func(_ *stream, resp *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, *ending) {
+		if requestPhase(resp) {
+			for _, o := range commonOf(resp).GetHeaderMutation().GetSetHeaders() {
+				o.AppendAction = corev3.HeaderValueOption_APPEND_IF_EXISTS_OR_ADD
+			}
+		}
+		return pass(resp)
+	}},
+
+	// ImmediateResponses lose x-eppkit-reason; the status and JSON body stay.
+	mutant.RefusalReasonMissing: {response: func(_ *stream, resp *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, *ending) {
+		if hm := resp.GetImmediateResponse().GetHeaders(); hm != nil {
+			hm.SetHeaders = dropOptions(hm.SetHeaders, headerReason)
+		}
+		return pass(resp)
+	}},
+
+	// The response headers lose x-eppkit-profile.
+	mutant.ProfileHeaderMissing: {response: func(_ *stream, resp *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, *ending) {
+		if hm := resp.GetResponseHeaders().GetResponse().GetHeaderMutation(); hm != nil {
+			hm.SetHeaders = dropOptions(hm.SetHeaders, headerProfile)
+		}
+		return pass(resp)
+	}},
+}
+
+// refuseWhen is a mutant that answers a request with ImmediateResponse 400 itself when refuse,
+// given the request's :path and its whole body, returns a message (the EPP still sees the
+// request; its answers to it are dropped). It models an EPP that refuses what it should route.
+func refuseWhen(refuse func(path string, body []byte) string) rule {
+	return rule{
+		request: func(st *stream, msg *extprocv3.ProcessingRequest) error {
+			if rb := msg.GetRequestBody(); rb != nil && rb.GetEndOfStream() {
+				st.refusal = refuse(st.path, st.body)
+			}
+			return nil
+		},
+		response: func(st *stream, resp *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, *ending) {
+			switch {
+			case st.refusal == "":
+				return pass(resp)
+			case resp.GetImmediateResponse() != nil:
+				// The EPP refused it too; nothing more comes for this request.
+				st.refusal, st.refused = "", false
+				return pass(resp)
+			case !requestPhase(resp):
+				return pass(resp)
+			}
+			var out []*extprocv3.ProcessingResponse
+			if !st.refused {
+				st.refused = true
+				body, _ := json.Marshal(map[string]any{"error": map[string]any{"message": st.refusal, "type": "BadRequest", "code": 400}})
+				out = append(out, &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
+					ImmediateResponse: &extprocv3.ImmediateResponse{Status: &typev3.HttpStatus{Code: typev3.StatusCode_BadRequest},
+						Headers: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{{
+							Header: &corev3.HeaderValue{Key: "content-type", RawValue: []byte("application/json")}}}},
+						Body: body}}})
+			}
+			// Drop the EPP's answers to the refused request up to its last body chunk.
+			if resp.GetRequestBody().GetResponse().GetBodyMutation().GetStreamedResponse().GetEndOfStream() {
+				st.refusal, st.refused = "", false
+			}
+			return out, nil
+		},
+	}
+}
+
+// pathIs reports whether the request path (query stripped) ends in suffix, as upstream v1.5.0
+// matches API paths.
+func pathIs(path, suffix string) bool {
+	if i := strings.IndexByte(path, '?'); i >= 0 {
+		path = path[:i]
+	}
+	return strings.HasSuffix(path, suffix)
+}
+
+// otherPick records pick and returns the first earlier pick that differs from it ("" if none).
+func (i *Interceptor) otherPick(pick string) string {
+	i.picksMu.Lock()
+	defer i.picksMu.Unlock()
+	other := ""
+	seen := false
+	for _, p := range i.picks {
+		if p == pick {
+			seen = true
+		} else if other == "" {
+			other = p
+		}
+	}
+	if !seen {
+		i.picks = append(i.picks, pick)
+	}
+	return other
+}
+
+// requestPhase reports whether resp answers request headers or a request body chunk.
+func requestPhase(resp *extprocv3.ProcessingResponse) bool {
+	return resp.GetRequestHeaders() != nil || resp.GetRequestBody() != nil
+}
+
+// commonOf returns the CommonResponse of a headers or body response, nil for other kinds.
+func commonOf(resp *extprocv3.ProcessingResponse) *extprocv3.CommonResponse {
+	switch r := resp.Response.(type) {
+	case *extprocv3.ProcessingResponse_RequestHeaders:
+		return r.RequestHeaders.GetResponse()
+	case *extprocv3.ProcessingResponse_RequestBody:
+		return r.RequestBody.GetResponse()
+	case *extprocv3.ProcessingResponse_ResponseHeaders:
+		return r.ResponseHeaders.GetResponse()
+	case *extprocv3.ProcessingResponse_ResponseBody:
+		return r.ResponseBody.GetResponse()
+	}
+	return nil
+}
+
+// addSetHeader adds key: value to the header mutation of a request-phase response.
+func addSetHeader(resp *extprocv3.ProcessingResponse, key, value string) {
+	var common **extprocv3.CommonResponse
+	switch r := resp.Response.(type) {
+	case *extprocv3.ProcessingResponse_RequestHeaders:
+		if r.RequestHeaders == nil {
+			r.RequestHeaders = &extprocv3.HeadersResponse{}
+		}
+		common = &r.RequestHeaders.Response
+	case *extprocv3.ProcessingResponse_RequestBody:
+		if r.RequestBody == nil {
+			r.RequestBody = &extprocv3.BodyResponse{}
+		}
+		common = &r.RequestBody.Response
+	default:
+		return
+	}
+	if *common == nil {
+		*common = &extprocv3.CommonResponse{}
+	}
+	if (*common).HeaderMutation == nil {
+		(*common).HeaderMutation = &extprocv3.HeaderMutation{}
+	}
+	hm := (*common).HeaderMutation
+	hm.SetHeaders = append(hm.SetHeaders, &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: key, RawValue: []byte(value)}})
+}
+
+// pickMetadata returns the pick in resp's dynamic metadata envoy.lb / x-gateway-destination-endpoint.
+func pickMetadata(resp *extprocv3.ProcessingResponse) string {
+	return resp.GetDynamicMetadata().GetFields()[extprocclient.DestinationNamespace].GetStructValue().GetFields()[extprocclient.DestinationKey].GetStringValue()
+}
+
+// setPickMetadata sets the pick in resp's dynamic metadata, creating the namespace as needed.
+func setPickMetadata(resp *extprocv3.ProcessingResponse, pick string) {
+	if resp.DynamicMetadata == nil {
+		resp.DynamicMetadata = &structpb.Struct{Fields: map[string]*structpb.Value{}}
+	}
+	if resp.DynamicMetadata.Fields == nil {
+		resp.DynamicMetadata.Fields = map[string]*structpb.Value{}
+	}
+	ns := resp.DynamicMetadata.Fields[extprocclient.DestinationNamespace].GetStructValue()
+	if ns == nil {
+		ns = &structpb.Struct{}
+		resp.DynamicMetadata.Fields[extprocclient.DestinationNamespace] = structpb.NewStructValue(ns)
+	}
+	if ns.Fields == nil {
+		ns.Fields = map[string]*structpb.Value{}
+	}
+	ns.Fields[extprocclient.DestinationKey] = structpb.NewStringValue(pick)
+}
+
+// restatus changes an ImmediateResponse's status from one code to another.
+func restatus(resp *extprocv3.ProcessingResponse, from, to typev3.StatusCode) {
+	if ir := resp.GetImmediateResponse(); ir != nil && ir.GetStatus().GetCode() == from {
+		ir.Status.Code = to
+	}
+}
+
+// valueOf is a header's value: RawValue when set (as Envoy sends it), else Value.
+func valueOf(h *corev3.HeaderValue) string {
+	if len(h.GetRawValue()) > 0 {
+		return string(h.GetRawValue())
+	}
+	return h.GetValue()
+}
+
+// setValue replaces a header's value in the field it was given in.
+func setValue(h *corev3.HeaderValue, v string) {
+	if len(h.GetRawValue()) > 0 || h.GetValue() == "" {
+		h.RawValue, h.Value = []byte(v), ""
+		return
+	}
+	h.Value = v
+}
+
+// headerValue returns the value of key in hm (case-insensitive; "" when absent).
+func headerValue(hm *corev3.HeaderMap, key string) string {
+	for _, h := range hm.GetHeaders() {
+		if strings.EqualFold(h.GetKey(), key) {
+			return valueOf(h)
+		}
+	}
+	return ""
+}
+
+// setHeaderValue returns the value a header mutation sets key to ("" when it does not).
+func setHeaderValue(hm *extprocv3.HeaderMutation, key string) string {
+	for _, o := range hm.GetSetHeaders() {
+		if strings.EqualFold(o.GetHeader().GetKey(), key) {
+			return valueOf(o.GetHeader())
+		}
+	}
+	return ""
+}
+
+// removeHeaders deletes the named headers from hm (case-insensitive).
+func removeHeaders(hm *corev3.HeaderMap, keys ...string) {
+	if hm == nil {
+		return
+	}
+	out := hm.Headers[:0]
+	for _, h := range hm.Headers {
+		drop := false
+		for _, k := range keys {
+			drop = drop || strings.EqualFold(h.GetKey(), k)
+		}
+		if !drop {
+			out = append(out, h)
+		}
+	}
+	hm.Headers = out
+}
+
+// dropOptions returns set without the options that set key (case-insensitive).
+func dropOptions(set []*corev3.HeaderValueOption, key string) []*corev3.HeaderValueOption {
+	out := set[:0]
+	for _, o := range set {
+		if !strings.EqualFold(o.GetHeader().GetKey(), key) {
+			out = append(out, o)
+		}
+	}
+	return out
+}
