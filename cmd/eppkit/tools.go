@@ -45,6 +45,10 @@ func newToolsBuildCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "build <name>...",
 		Short: "Build the named tools into the cache (skips artifacts already there); prints their paths",
+		Long: "Build the named tools into the cache; artifacts already there are skipped.\n\n" +
+			"The k8s tool's kube-apiserver and etcd (the apiserver endpoint source's control plane) are not built\n" +
+			"when " + toolcache.EnvtestAssetsEnv + " names a directory holding a kube-apiserver " + toolcache.SupportedAPIServer.String() +
+			"\nand an etcd " + toolcache.SupportedEtcd.String() + " (as setup-envtest installs them); the runs then use those.",
 		Example: "  eppkit tools build k8s                 # kube-apiserver + etcd\n" +
 			"  eppkit tools build k8s --all           # also kube-controller-manager and kube-scheduler\n" +
 			"  eppkit tools build gie --only crds     # only extract the InferencePool/InferenceObjective CRDs",
@@ -72,6 +76,9 @@ func newToolsBuildCommand() *cobra.Command {
 					how := fmt.Sprintf("built in %.0fs", r.Duration.Seconds())
 					if r.Skipped {
 						how = "cached"
+					}
+					if r.Note != "" {
+						how = r.Note + "; not built"
 					}
 					fmt.Fprintf(cmd.OutOrStdout(), "%s %s: %s (%s)\n", name, r.Artifact, r.Path, how)
 				}

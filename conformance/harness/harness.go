@@ -186,6 +186,9 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 		return s, &Error{Stage: "endpoint source " + cfg.Source.Name(), Err: err}
 	}
 	s.sourceStarted = true
+	if s.Source.Details != "" {
+		log.Info("endpoint source started", "source", cfg.Source.Name(), "details", s.Source.Details)
+	}
 
 	// Target. The sidecar starts (and holds its port) before the target's ports are picked: picked
 	// first, a port was closed again and the sidecar's listen on :0 could be given the same one

@@ -28,4 +28,7 @@ type Env struct {
 	Kubeconfig string
 	// PoolName and PoolNamespace name the InferencePool (apiserver source).
 	PoolName, PoolNamespace string
+	// Details is one line for the run's log about what the source runs ("" = nothing to say):
+	// the apiserver source names its kube-apiserver and etcd, their versions and origin.
+	Details string
 }

@@ -374,6 +374,9 @@ type Result struct {
 	Skipped bool
 	// Duration is the wall time of the build or extraction (0 when skipped).
 	Duration time.Duration
+	// Note says why the artifact was not built when it did not come from the cache ("from
+	// KUBEBUILDER_ASSETS=<dir>, v1.34.1").
+	Note string
 }
 
 // Build produces the selected artifacts of the tool into its cache directory, skipping those
@@ -408,8 +411,25 @@ func Build(ctx context.Context, tool string, opts BuildOptions) ([]Result, error
 	if goCmd == "" {
 		goCmd = "go"
 	}
+	// The control plane (the k8s tool's default artifacts, no --only or --all) comes from
+	// KUBEBUILDER_ASSETS when that holds a supported kube-apiserver and etcd (EnvtestAssets).
+	var envtest map[string]Result
+	if t.Name == "k8s" && len(opts.Only) == 0 && !opts.All {
+		if b, set, err := EnvtestAssets(ctx); err != nil {
+			fmt.Fprintf(logw, "%v; building the pinned %s instead\n", err, t.Version)
+		} else if set {
+			envtest = map[string]Result{
+				"kube-apiserver": {Artifact: "kube-apiserver", Path: b.APIServer, Skipped: true, Note: b.From + ", " + b.APIServerVersion},
+				"etcd":           {Artifact: "etcd", Path: b.Etcd, Skipped: true, Note: b.From + ", " + b.EtcdVersion},
+			}
+		}
+	}
 	var results []Result
 	for _, a := range sel {
+		if r, ok := envtest[a.Name]; ok {
+			results = append(results, r)
+			continue
+		}
 		dst := filepath.Join(dir, a.Name)
 		if a.Kind == KindNodeImage {
 			start := time.Now()

@@ -65,6 +65,9 @@ type ControlPlane struct {
 	Clientset kubernetes.Interface
 	// Dir holds the kubeconfig and the logs.
 	Dir string
+	// Binaries says which kube-apiserver and etcd run, their versions and where they came from
+	// (KUBEBUILDER_ASSETS or the tools cache).
+	Binaries string
 
 	env       *envtest.Environment
 	logs      []*os.File
@@ -77,29 +80,44 @@ type ControlPlane struct {
 // are not in the tools cache; tests skip on it.
 var ErrBinariesMissing = errors.New("control plane binaries or CRDs not built")
 
-// ResolvePaths fills the "" paths of opts from the tools cache. The error wraps
-// ErrBinariesMissing and names the build command when something is missing.
-func ResolvePaths(opts ControlPlaneOptions) (ControlPlaneOptions, error) {
+// ResolvePaths fills the "" paths of opts: kube-apiserver and etcd from KUBEBUILDER_ASSETS when
+// it holds supported versions, else from the tools cache (toolcache.ControlPlane), and the CRDs
+// from the tools cache. It also returns one line saying which binaries were chosen and why, for
+// the run's log. The error wraps ErrBinariesMissing and names the build command when something
+// is missing.
+func ResolvePaths(opts ControlPlaneOptions) (ControlPlaneOptions, string, error) {
 	var missing []string
-	resolve := func(dst *string, tool, artifact string) {
-		if *dst != "" {
-			return
-		}
-		p, err := toolcache.Path(tool, artifact)
+	desc := "kube-apiserver " + opts.APIServerPath + " and etcd " + opts.EtcdPath + " (given)"
+	if opts.APIServerPath == "" || opts.EtcdPath == "" {
+		bins, note, err := toolcache.ControlPlane(context.Background())
 		if err != nil {
 			missing = append(missing, err.Error())
-			return
+		} else {
+			if opts.APIServerPath == "" {
+				opts.APIServerPath = bins.APIServer
+			}
+			if opts.EtcdPath == "" {
+				opts.EtcdPath = bins.Etcd
+			}
+			desc = bins.String()
+			if note != "" {
+				desc += " (" + note + ")"
+			}
 		}
-		*dst = p
 	}
-	resolve(&opts.APIServerPath, "k8s", "kube-apiserver")
-	resolve(&opts.EtcdPath, "k8s", "etcd")
-	resolve(&opts.CRDDir, "gie", toolcache.CRDsArtifact)
+	if opts.CRDDir == "" {
+		p, err := toolcache.Path("gie", toolcache.CRDsArtifact)
+		if err != nil {
+			missing = append(missing, err.Error())
+		}
+		opts.CRDDir = p
+	}
 	if len(missing) > 0 {
-		return opts, fmt.Errorf("%w: %s (build them with `eppkit tools build k8s && eppkit tools build gie --only crds`, or `make tools`)",
-			ErrBinariesMissing, strings.Join(missing, "; "))
+		return opts, "", fmt.Errorf("%w: %s (build them with `eppkit tools build k8s && eppkit tools build gie --only crds`, or `make tools`; "+
+			"or point %s at a setup-envtest directory with kube-apiserver %s and etcd %s)",
+			ErrBinariesMissing, strings.Join(missing, "; "), toolcache.EnvtestAssetsEnv, toolcache.SupportedAPIServer, toolcache.SupportedEtcd)
 	}
-	return opts, nil
+	return opts, desc, nil
 }
 
 // ctrlLogOnce sets controller-runtime's logger once per process (StartControlPlane).
@@ -114,7 +132,7 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (*ControlP
 	// process-wide logger, which prints a warning with a stack trace 30 s into a process that
 	// never set it; the harness has nothing to say through it.
 	ctrlLogOnce.Do(func() { ctrllog.SetLogger(logr.Discard()) })
-	opts, err := ResolvePaths(opts)
+	opts, binaries, err := ResolvePaths(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -124,7 +142,7 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (*ControlP
 	if opts.StopTimeout <= 0 {
 		opts.StopTimeout = 20 * time.Second
 	}
-	cp := &ControlPlane{Dir: opts.Dir}
+	cp := &ControlPlane{Dir: opts.Dir, Binaries: binaries}
 	if cp.Dir == "" {
 		if cp.Dir, err = os.MkdirTemp("", "eppkit-apiserver-"); err != nil {
 			return nil, fmt.Errorf("apiserver: temp dir: %w", err)

@@ -43,7 +43,8 @@ func (s *Source) Start(ctx context.Context, addrs []string) (harness.Env, error)
 		return harness.Env{}, err
 	}
 	s.env = env
-	return harness.Env{Kubeconfig: env.KubeconfigPath, PoolName: env.PoolName, PoolNamespace: env.PoolNamespace}, nil
+	return harness.Env{Kubeconfig: env.KubeconfigPath, PoolName: env.PoolName, PoolNamespace: env.PoolNamespace,
+		Details: "control plane: " + env.Binaries}, nil
 }
 
 // SetReady implements harness.EndpointSource (Env.SetReady).
