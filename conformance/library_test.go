@@ -195,9 +195,10 @@ func TestReportRoundTrip(t *testing.T) {
 			if diff := cmp.Diff([]confv1.ProfileReport{tc.want}, gw.ProfileReports); diff != "" {
 				t.Fatalf("profile report (-want +got):\n%s", diff)
 			}
-			for _, key := range []string{"gatewayAPIInferenceExtensionVersion: v1.5.0", "mode: default",
+			for _, key := range []string{"gatewayAPIInferenceExtensionVersion: v1.6.2", "mode: default",
 				"gatewayAPIChannel: standard", "gatewayAPIVersion: ", "kind: ConformanceReport",
-				"apiVersion: gateway.networking.k8s.io/v1", "eppkitVersion: test", "specVersion: " + SpecVersion} {
+				"apiVersion: gateway.networking.k8s.io/v1", "eppkitVersion: test", "specVersion: " + SpecVersion,
+				"eppProtocol: GIE v1.6.2 proposal 004 (endpoint picker protocol)", "upstreamEPP: llm-d-router v0.10.0"} {
 				if !strings.Contains(string(b), key) {
 					t.Errorf("report lacks %q:\n%s", key, b)
 				}

@@ -19,7 +19,7 @@ func TestWritePublication(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantDir := filepath.Join(root, "v1.5.0", "epp", "epp-kit-reference-epp")
+	wantDir := filepath.Join(root, "v1.6.2", "epp", "epp-kit-reference-epp")
 	if files.Dir != wantDir {
 		t.Fatalf("Dir = %q, want %q", files.Dir, wantDir)
 	}
@@ -51,9 +51,9 @@ func TestWritePublication(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, s := range []string{
-		"# Reference EPP (EPP Profile Conformance) - v1.5.0",
+		"# Reference EPP (EPP Profile Conformance) - v1.6.2",
 		"| Extension Channel | Extension Version Tested | Profile Tested | Implementation Version | Mode | Report | Status |",
-		"| standard | v1.5.0 | EPP | [v0.1.0-3-gabc/dirty](https://example.com) | default | [standard-v0.1.0-3-gabc-dirty-default-epp-report.yaml](./standard-v0.1.0-3-gabc-dirty-default-epp-report.yaml) | success (2 passed, 0 failed, 0 skipped, 0 not supported) |",
+		"| standard | v1.6.2 | EPP | [v0.1.0-3-gabc/dirty](https://example.com) | default | [standard-v0.1.0-3-gabc-dirty-default-epp-report.yaml](./standard-v0.1.0-3-gabc-dirty-default-epp-report.yaml) | success (2 passed, 0 failed, 0 skipped, 0 not supported) |",
 		"| EPP-Routing | ", "| failure (0 passed, 1 failed, 0 skipped, 1 not supported) |",
 		"Supported features: PrefixCacheAffinity.",
 		"Failed tests: Prefix (EPP-Routing).",
@@ -98,7 +98,7 @@ func TestShellQuote(t *testing.T) {
 		"it's":                    `'it'\''s'`,
 		"":                        "''",
 		"https://x.io/a?b=c":      "'https://x.io/a?b=c'",
-		"out/reports/v1.5.0/epp/": "out/reports/v1.5.0/epp/",
+		"out/reports/v1.6.2/epp/": "out/reports/v1.6.2/epp/",
 	} {
 		if got := ShellQuote(in); got != want {
 			t.Errorf("ShellQuote(%q) = %s, want %s", in, got, want)

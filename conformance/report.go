@@ -13,11 +13,18 @@ import (
 
 // Versions written into every report.
 const (
-	// GatewayAPIInferenceExtensionVersion is the GIE release whose EPP protocol and behaviour the
-	// suite checks (v1.5.0 is the last release shipping the full EPP; SPEC preamble).
-	GatewayAPIInferenceExtensionVersion = "v1.5.0"
+	// GatewayAPIInferenceExtensionVersion is the GIE release whose EPP protocol text (proposal
+	// 004, docs/proposals/004-endpoint-picker-protocol/README.md) the MUST tests quote. v1.6.0
+	// added the streaming MUST and the Health Checking section (GIE PR #2514) and the backend
+	// scope of endpoint lists (GIE PR #3003); v1.6.2 states the same text (docs/must-tests.md).
+	GatewayAPIInferenceExtensionVersion = "v1.6.2"
+	// EPPProtocol names the protocol text the MUST level judges against.
+	EPPProtocol = "GIE " + GatewayAPIInferenceExtensionVersion + " proposal 004 (endpoint picker protocol)"
+	// UpstreamEPP names the EPP release whose behaviour the [upstream] level restates: since GIE
+	// v1.6.0 the full EPP lives in llm-d-router (SPEC "Every rule carries a level").
+	UpstreamEPP = "llm-d-router v0.10.0"
 	// SpecVersion is the version of eppkit's SPEC the tests implement; bumped when a rule changes.
-	SpecVersion = "v0.1.0"
+	SpecVersion = "v0.2.0"
 	// gatewayAPIModule is the module whose report types we embed.
 	gatewayAPIModule = "sigs.k8s.io/gateway-api/conformance"
 	// gatewayAPIVersionFallback is used when the binary carries no module information (go run
@@ -54,6 +61,10 @@ type ConformanceReport struct {
 	// GatewayAPIInferenceExtensionVersion is the GIE version tested (lower camel case on purpose,
 	// unlike GIE's own capitalised key).
 	GatewayAPIInferenceExtensionVersion string `json:"gatewayAPIInferenceExtensionVersion"`
+	// EPPProtocol is the protocol text the MUST tests judged against (EPPProtocol).
+	EPPProtocol string `json:"eppProtocol"`
+	// UpstreamEPP is the upstream EPP release the upstream-level tests restate (UpstreamEPP).
+	UpstreamEPP string `json:"upstreamEPP"`
 	// GatewayAPIInferenceExtensionChannel is the extension channel, always PublishChannel
 	// ("standard"); GIE's conformance/reports/README.md asks every report for it.
 	GatewayAPIInferenceExtensionChannel string `json:"gatewayAPIInferenceExtensionChannel,omitempty"`
@@ -147,6 +158,8 @@ func BuildReport(p Profile, meta ReportMeta, results []TestResult, v Verdict) Co
 			SucceededProvisionalTests: provisional,
 		},
 		GatewayAPIInferenceExtensionVersion: GatewayAPIInferenceExtensionVersion,
+		EPPProtocol:                         EPPProtocol,
+		UpstreamEPP:                         UpstreamEPP,
 		GatewayAPIInferenceExtensionChannel: PublishChannel,
 		EppkitVersion:                       meta.EppkitVersion,
 		SpecVersion:                         SpecVersion,

@@ -87,6 +87,13 @@ const (
 	HeadersAppended         Name = "headers-appended"
 	RefusalReasonMissing    Name = "refusal-reason-missing"
 	ModelRewriteNotSplit    Name = "model-rewrite-not-split"
+	// The protocol as GIE v1.6.2 states it (issue 30).
+	StreamedBodyDropped      Name = "streamed-body-dropped"
+	ResponseHeldToEnd        Name = "response-held-to-end"
+	HintFirstEntryOnly       Name = "hint-first-entry-only"
+	HintTrustedOverReadiness Name = "hint-trusted-over-readiness"
+	ReadyBeforeSync          Name = "ready-before-sync"
+	HintBeyondPool           Name = "hint-beyond-pool"
 )
 
 // Mutant describes one mutant for the matrix.
@@ -191,6 +198,18 @@ var catalogue = []Mutant{
 		Via: Interceptor, Where: "selfcheck/mutant/interceptor: x-eppkit-reason is removed from every ImmediateResponse (the JSON body stays)", Kind: BlackBox, Target: "ReferenceRefusalReasonHeader"},
 	{Name: ModelRewriteNotSplit, Breaks: "an InferenceModelRewrite's targets share requests by weight (SPEC §9.4, upstream)",
 		Via: ModelRewriteSource, Where: "selfcheck/mutant/wrap ModelRewrites: the first target chosen for a model is kept for every later request for it", Kind: BlackBox, Target: "OpenAIModelRewriteWeighted"},
+	{Name: StreamedBodyDropped, Breaks: "in streaming mode the request and response bodies are streamed through whole (GIE proposal 004 as of v1.6.2, streaming MUST)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: every streamed body response (request and response side) reaches the gateway with its data removed, end_of_stream kept", Kind: BlackBox, Target: "EPPStreamedBodiesIntact"},
+	{Name: ResponseHeldToEnd, Breaks: "a streamed response is passed on chunk by chunk, not held until it ends (GIE proposal 004 as of v1.6.2, streaming MUST)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: the EPP's response_body answers are held back until the one with end_of_stream, then sent together", Kind: BlackBox, Target: "EPPResponseStreamedPerChunk"},
+	{Name: HintFirstEntryOnly, Breaks: "every entry of the subset hint counts, not only the first (GIE proposal 004, Endpoint Subset)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: the subset hint reaches the EPP cut to its first entry", Kind: BlackBox, Target: "EPPSubsetHintPartial"},
+	{Name: HintTrustedOverReadiness, Breaks: "a subset hint naming only endpoints that are not ready gets 503 (GIE proposal 004, Endpoint Subset: none eligible)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: an ImmediateResponse 503 to a request with a non-empty subset hint is replaced by a pick of the hint's first entry (header and metadata) and the request body, as an EPP that turns hint entries into destinations unchecked", Kind: BlackBox, Target: "EPPSubsetHintIneligible503", NeedsAPIServer: true},
+	{Name: ReadyBeforeSync, Breaks: "readiness and the ext_proc health service are not SERVING before the datastore has synced (GIE proposal 004 as of v1.6.2, Health Checking)",
+		Via: EndpointSource, Where: "selfcheck/mutant/wrap: the InferencePool source reports itself synced from the start, before its pool exists", Kind: BlackBox, Target: "EPPReadinessFollowsSync", NeedsAPIServer: true},
+	{Name: HintBeyondPool, Breaks: "the endpoint list is scoped to the EPP's own InferencePool, whatever the hint names (GIE proposal 004 as of v1.6.2, GIE PR #3003)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: with a subset hint, the pick (header and metadata) is replaced by the hint's first entry", Kind: BlackBox, Target: "EPPEndpointListScopedToPool"},
 	{Name: PluginStateScoreOnly, Breaks: "the prefix producer writes its plugin state in PrepareData, so the pick is indexed without a prefix scorer (GIE PR #2005, SPEC §1)",
 		Via: Plugin, Where: "selfcheck/mutant/wrap: approx-prefix-cache-producer wrapped, its plugin-state entry deleted when PrepareData ends", Kind: WhiteBox, Suite: "pluginstate",
 		Target: "the only profile has no prefix scorer should hold: PreRequest indexes the pick"},

@@ -223,6 +223,13 @@ type stream struct {
 	// is set once its ImmediateResponse went to the gateway (refuseWhen).
 	refusal string
 	refused bool
+	// hint is the current request's subset hint as the gateway sent it (nil = none).
+	hint []string
+	// bodyEnded is true once the current request's last request message (headers-only, or the
+	// body chunk with end_of_stream) has arrived; headersOnly when that was the headers.
+	bodyEnded, headersOnly bool
+	// heldResponse are response_body answers held back until end_of_stream (response-held-to-end).
+	heldResponse []*extprocv3.ProcessingResponse
 }
 
 // request records what the mutant needs of a gateway message and rewrites it; an error ends the
@@ -237,8 +244,12 @@ func (st *stream) request(msg *extprocv3.ProcessingRequest) error {
 		st.objective = headerValue(h, headerObjective)
 		st.held = nil
 		st.path, st.body = headerValue(h, headerPath), nil
+		st.hint, st.heldResponse = nil, nil
+		st.headersOnly = r.RequestHeaders.GetEndOfStream()
+		st.bodyEnded = st.headersOnly
 	case *extprocv3.ProcessingRequest_RequestBody:
 		st.body = append(st.body, r.RequestBody.GetBody()...)
+		st.bodyEnded = st.bodyEnded || r.RequestBody.GetEndOfStream()
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
 		st.sse = strings.Contains(strings.ToLower(headerValue(r.ResponseHeaders.GetHeaders(), "content-type")), "text/event-stream")
 		st.line = nil
@@ -246,6 +257,9 @@ func (st *stream) request(msg *extprocv3.ProcessingRequest) error {
 		if st.sse {
 			st.line = lastLine(st.line, r.ResponseBody.GetBody())
 		}
+	}
+	if hint, ok := subsetHint(msg); ok {
+		st.hint = hint
 	}
 	if st.i.rule.request == nil {
 		return nil

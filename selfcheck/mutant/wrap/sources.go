@@ -364,7 +364,7 @@ func Reference(opts *eppserver.Options, pool *discovery.PoolConfig, dl datalayer
 	}
 	opts.Collector = c
 	opts.ModelRewrites = ModelRewrites(opts.ModelRewrites, m)
-	if _, ok := endpointMutants[m]; ok {
+	if _, ok := endpointMutants[m]; ok || m == mutant.ReadyBeforeSync {
 		if pool == nil {
 			return fmt.Errorf("mutant %s needs Kubernetes discovery (--pool-name)", m)
 		}
@@ -373,9 +373,20 @@ func Reference(opts *eppserver.Options, pool *discovery.PoolConfig, dl datalayer
 			return err
 		}
 		opts.Discovery = src
+		if m == mutant.ReadyBeforeSync {
+			opts.Discovery = syncedFromStart{src}
+		}
 	}
 	return nil
 }
+
+// syncedFromStart is the InferencePool source of the ready-before-sync mutant: it reports itself
+// synced from the start, whether or not its pool exists, so the EPP's readiness turns SERVING
+// before its datastore has synced.
+type syncedFromStart struct{ *discovery.InferencePoolSource }
+
+// Synced is always true.
+func (syncedFromStart) Synced() bool { return true }
 
 func defaultRegistry() *framework.Registry {
 	reg := framework.NewRegistry()
