@@ -19,9 +19,9 @@ func init() {
 		Level:         conformance.LevelMUST,
 		Profile:       conformance.ProfileEPP,
 		Preconditions: []string{"the EPP serves the pool's base model"},
-		Source: "GIE proposal 004 (docs/proposals/004-endpoint-picker-protocol), Destination Endpoint Served (protocol v1.0.0: " +
-			"\"the data plane MUST communicate to the EPP the endpoint that served the request\") and \"The EPP MUST support streaming " +
-			"mode for inference requests and responses\"; SPEC §5.1",
+		Source: "GIE proposal 004 (docs/proposals/004-endpoint-picker-protocol) as of GIE v1.6.2, Destination Endpoint Served (since " +
+			"protocol v1.0.0: \"the data plane MUST communicate to the EPP the endpoint that served the request\") and \"The EPP MUST " +
+			"support streaming mode for inference requests and responses\" (GIE v1.6.0, GIE PR #2514); SPEC §5.1",
 		Run: runEPPServedEndpointMetadata,
 	})
 }
