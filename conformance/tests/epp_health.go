@@ -28,7 +28,7 @@ func init() {
 		Preconditions: []string{"the harness knows the EPP's gRPC health address (--health-address for an address target)"},
 		Source: "GIE proposal 004 (docs/proposals/004-endpoint-picker-protocol) as of GIE v1.6.2, Health Checking (added in GIE v1.6.0 " +
 			"by GIE PR #2514; v1.5.0 has no health rule); gRPC doc/health-checking.md; SPEC §5.1",
-		Run:           runEPPHealth,
+		Run: runEPPHealth,
 	})
 }
 
