@@ -127,12 +127,20 @@ LLMD_SAMPLE_FEATURES := OpenAIRequestParsing,PrefixCacheAffinity
 # implementation's --organization/--url/--contact (default: GIE's).
 define interop_run
 	./bin/eppkit conformance --target command --endpoint-source apiserver --command "$(2)" \
-		--report-output $(INTEROP_OUT)/$(1) --log-dir out/interop/$(1) \
+		--report-output $(INTEROP_OUT)/$(1) --log-dir out/interop/$(1) --results-file $(INTEROP_OUT)/$(1)/results.json \
 		--expect-failures $(INTEROP_EXPECT)/$(1).txt $(or $(4),$(GIE_IMPL)) $(3) $(INTEROP_FLAGS)
 endef
 
 interop: $(INTEROP_RUNS)
+	$(MAKE) --no-print-directory interop-matrix
 	@echo "interop: every run failed exactly its expected tests ($(INTEROP_EXPECT)/); reports in $(INTEROP_OUT)/"
+
+## interop-matrix: regenerate the table of who passes what in reports/interop/README.md from every
+# run's results.json and expected-failures file (eppkit conformance matrix); a test in make test
+# fails when the committed table is not what the committed results say.
+.PHONY: interop-matrix
+interop-matrix:
+	$(GO) run ./cmd/eppkit conformance matrix $(INTEROP_OUT) --write $(INTEROP_OUT)/README.md
 
 interop-tools: build
 	./bin/eppkit tools build k8s
@@ -221,7 +229,7 @@ interop-sim: build
 	[ $$rc -eq 0 ] || exit $$rc; \
 	./bin/eppkit conformance --target reference --endpoint-source apiserver --fleet sim --config-file $(CONFORMANCE_CONFIG) \
 		--profiles EPP-Routing --supported-features $(INTEROP_SIM_FEATURES) \
-		--report-output $(INTEROP_OUT)/sim-v0.10.2 --log-dir out/interop/sim-v0.10.2 \
+		--report-output $(INTEROP_OUT)/sim-v0.10.2 --log-dir out/interop/sim-v0.10.2 --results-file $(INTEROP_OUT)/sim-v0.10.2/results.json \
 		--expect-failures $(INTEROP_EXPECT)/sim-v0.10.2.txt --organization eppkit --project reference-epp \
 		--url https://github.com/eppkit/eppkit --version $(VERSION) --contact https://github.com/eppkit/eppkit/issues $(INTEROP_FLAGS)
 

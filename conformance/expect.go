@@ -17,6 +17,9 @@ type ExpectedFailures struct {
 	Path string
 	// Tests are the ShortNames expected to fail, sorted.
 	Tests []string
+	// Reasons are the comments of the tests' lines (the one-line explanation), by ShortName;
+	// a test listed without a comment has none.
+	Reasons map[string]string
 }
 
 // LoadExpectedFailures reads an expected-failures file: one test ShortName per line, anything
@@ -34,7 +37,7 @@ func LoadExpectedFailures(path string, tests []ConformanceTest) (ExpectedFailure
 	ef := ExpectedFailures{Path: path}
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for line := 1; sc.Scan(); line++ {
-		text, _, _ := strings.Cut(sc.Text(), "#")
+		text, reason, _ := strings.Cut(sc.Text(), "#")
 		fields := strings.Fields(text)
 		switch {
 		case len(fields) == 0:
@@ -47,6 +50,12 @@ func LoadExpectedFailures(path string, tests []ConformanceTest) (ExpectedFailure
 			return ef, fmt.Errorf("--expect-failures %s:%d: %s listed twice", path, line, fields[0])
 		}
 		ef.Tests = append(ef.Tests, fields[0])
+		if reason = strings.TrimSpace(reason); reason != "" {
+			if ef.Reasons == nil {
+				ef.Reasons = map[string]string{}
+			}
+			ef.Reasons[fields[0]] = reason
+		}
 	}
 	if err := sc.Err(); err != nil {
 		return ef, fmt.Errorf("--expect-failures %s: %w", path, err)

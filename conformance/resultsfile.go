@@ -76,6 +76,9 @@ type TestRecord struct {
 	ShortName string  `json:"shortName"`
 	// Outcome is "passed", "failed" or "skipped".
 	Outcome Outcome `json:"outcome"`
+	// Kind is how every report classifies the result (TestKind: "passed", "failed", "expected
+	// failure", "skipped", "precondition", "interrupted", "not supported").
+	Kind TestKind `json:"kind"`
 	// DurationSeconds is how long the test ran (0 for a test that did not run).
 	DurationSeconds float64 `json:"durationSeconds"`
 	// Message is the first failure (failed) or the skip reason (skipped).
@@ -114,7 +117,7 @@ func NewResults(meta ReportMeta, target, source string, seed int64, start time.T
 	}
 	for _, res := range results {
 		r.Tests = append(r.Tests, TestRecord{Profile: res.Test.Profile, ShortName: res.Test.ShortName, Outcome: res.Outcome,
-			DurationSeconds: res.Duration.Seconds(), Message: res.Message, Interrupted: res.Interrupted})
+			Kind: v.Kind(res), DurationSeconds: res.Duration.Seconds(), Message: res.Message, Interrupted: res.Interrupted})
 	}
 	return r
 }

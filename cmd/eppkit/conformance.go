@@ -1,6 +1,8 @@
 package main
 
 import (
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -71,7 +73,62 @@ func newConformanceCommand() *cobra.Command {
 	fl.StringVar(&o.Fleet, "fleet", "fake", "the pool's model servers: fake (in-process fake vLLM servers on 127.0.10.x) or sim (llm-d-inference-sim processes, one per network namespace; needs root and iproute2; eppkit tools build sim builds it)")
 	fl.StringVar(&o.SimBinary, "sim-binary", "", "llm-d-inference-sim binary for --fleet sim (default: the one eppkit tools build sim cached)")
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return badFlags("%v", err) })
-	cmd.AddCommand(newCatalogueCommand())
+	cmd.AddCommand(newCatalogueCommand(), newMatrixCommand())
+	return cmd
+}
+
+// newMatrixCommand is `eppkit conformance matrix`: the table of who passes what across the runs
+// of a directory (reports/interop), generated from each run's results.json.
+func newMatrixCommand() *cobra.Command {
+	var write, check string
+	cmd := &cobra.Command{
+		Use:   "matrix <runs-dir>",
+		Short: "Print (or write into a page) the table of which test each run passed, from the runs' results.json",
+		Long: "Reads every <runs-dir>/<run>/results.json (eppkit conformance --results-file) and\n" +
+			"<runs-dir>/expected-failures/<run>.txt, and renders one table per profile: a row per test, a column per run.\n" +
+			"A failed cell links to the heading \"### `<run>`\" of the page, titled with the expected-failures reason.\n" +
+			"--write PAGE replaces the block between the page's matrix markers; --check PAGE exits 1 when that block is not\n" +
+			"what the results say. Exit 1 also when a run failed a test its expected-failures list does not explain, or (with\n" +
+			"a page) a run with failures has no explanation heading.",
+		Example: "  eppkit conformance matrix reports/interop --write reports/interop/README.md\n" +
+			"  eppkit conformance matrix reports/interop --check reports/interop/README.md",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if write != "" && check != "" {
+				return badFlags("--write and --check: give one")
+			}
+			runs, err := conformance.LoadMatrixRuns(args[0], conformance.All())
+			if err != nil {
+				return err
+			}
+			table, merr := conformance.Matrix(runs, conformance.All())
+			page := write + check
+			if page == "" {
+				_, err := io.WriteString(cmd.OutOrStdout(), table)
+				return errors.Join(err, merr)
+			}
+			old, err := os.ReadFile(page)
+			if err != nil {
+				return err
+			}
+			doc, err := conformance.ReplaceMatrix(string(old), table)
+			if err != nil {
+				return fmt.Errorf("%s: %w", page, err)
+			}
+			if missing := conformance.MissingExplanations(doc, runs); len(missing) > 0 {
+				merr = errors.Join(merr, fmt.Errorf("%s: runs with failures but no heading \"### `<run>`\" explaining them: %s", page, strings.Join(missing, ", ")))
+			}
+			if check != "" {
+				if doc != string(old) {
+					return errors.Join(fmt.Errorf("%s: the matrix is not what the runs' results say: run `make interop-matrix`", page), merr)
+				}
+				return merr
+			}
+			return errors.Join(os.WriteFile(page, []byte(doc), 0o644), merr)
+		},
+	}
+	cmd.Flags().StringVar(&write, "write", "", "write the matrix into this Markdown page, between its matrix markers")
+	cmd.Flags().StringVar(&check, "check", "", "compare this page's matrix with the results; exit 1 when it differs")
 	return cmd
 }
 
