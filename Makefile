@@ -8,7 +8,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 GINKGO_FLAGS ?=
 
 .PHONY: e2e-framework conformance-cluster
-.PHONY: all build test unit suites example conformance conformance-upstream interop interop-tools $(INTEROP_RUNS) catalogue tools lint bench clean manifests image mutants flake-check e2e
+.PHONY: all build test unit suites example conformance conformance-upstream interop interop-tools $(INTEROP_RUNS) catalogue tools tools-llmd-router lint bench clean manifests image mutants flake-check e2e
 
 all: build
 
@@ -61,8 +61,10 @@ conformance: build
 ## tools: build every pinned upstream binary of tools/ that the tests and .ci/run use into
 # ${XDG_CACHE_HOME:-~/.cache}/eppkit/ (see docs/tools.md): kube-apiserver and etcd v1.37.2 (with
 # --all also the kind node image's control-plane and node binaries), the GIE v1.5.0 CRDs and
-# upstream EPP, GIE v1.6.0's lwepp, llm-d-inference-sim v0.10.2 and llm-d-inference-scheduler
-# v0.7.1. Cached by version: a second run only prints the paths. A cold build takes about an hour
+# upstream EPP, GIE v1.6.0's and v1.6.2's lwepp, llm-d-inference-sim v0.10.2,
+# llm-d-inference-scheduler v0.7.1 and llm-d-router v0.10.0 (from the source snapshot in
+# ../shared/thirdparty, or $$EPPKIT_THIRDPARTY_DIR: SKIPPED with a message when it is missing).
+# Cached by version: a second run only prints the paths. A cold build takes about an hour
 # on an idle 2-core machine (the simulator about 40 minutes of it); TOOLS_FLAGS=--p=1 lowers peak
 # memory. The kind node image itself is built apart (`eppkit tools build kind-node`: it needs a
 # container engine and Debian's debootstrap).
@@ -71,8 +73,22 @@ tools: build
 	./bin/eppkit tools build k8s --all $(TOOLS_FLAGS)
 	./bin/eppkit tools build gie $(TOOLS_FLAGS)
 	./bin/eppkit tools build gie-v1.6.0 $(TOOLS_FLAGS)
+	./bin/eppkit tools build gie-v1.6.2 $(TOOLS_FLAGS)
 	./bin/eppkit tools build sim $(TOOLS_FLAGS)
 	./bin/eppkit tools build llmd $(TOOLS_FLAGS)
+	@$(LLMD_ROUTER_BUILD)
+
+# LLMD_ROUTER_BUILD builds llm-d-router v0.10.0 from its source snapshot (a no-op once cached). When
+# the snapshot is missing (`eppkit tools build` exit 4, its message names the file) it prints
+# "<target>: SKIPPED: ..." and ends the recipe line with exit 0, so a run that needs it is
+# reported skipped, never passed; any other failure (a checksum mismatch) fails the target.
+LLMD_ROUTER_BUILD = rc=0; ./bin/eppkit tools build llmd-router $(TOOLS_FLAGS) || rc=$$?; \
+	if [ $$rc -eq 4 ]; then echo "$@: SKIPPED: the llm-d-router v0.10.0 source snapshot is missing (the eppkit error above names the file; EPPKIT_THIRDPARTY_DIR sets its directory, docs/tools.md)"; exit 0; fi; \
+	[ $$rc -eq 0 ] || exit $$rc
+
+## tools-llmd-router: llm-d-router v0.10.0 alone (.ci/run's tool stage); SKIPPED without its snapshot.
+tools-llmd-router: build
+	@$(LLMD_ROUTER_BUILD)
 
 ## interop: the suite against EPPs nobody here wrote (issue 9; reports/interop/README.md explains
 # every failure). Each run starts the fleet, a local kube-apiserver + etcd holding the InferencePool
@@ -80,7 +96,8 @@ tools: build
 # selected profiles and writes its reports to $(INTEROP_OUT)/<run>/. Each run also passes
 # --expect-failures reports/interop/expected-failures/<run>.txt, so the target exits 0 when every
 # run failed exactly its explained tests, 1 when a result changed and 2 on a harness error.
-# The upstream binaries are built once per machine (tools/gie-v1.5.0, tools/gie-v1.6.0, tools/llmd-v0.7.1; docs/tools.md).
+# The upstream binaries are built once per machine (tools/gie-v1.5.0, tools/gie-v1.6.0, tools/gie-v1.6.2,
+# tools/llmd-v0.7.1, and llm-d-router from ../shared/thirdparty; docs/tools.md).
 # To add a run: a sub-target calling $(call interop_run,<run>,<command template>,<flags>), its
 # expected-failures file, a README section, and its name in INTEROP_RUNS. Arguments containing
 # commas go through variables (make splits $(call) arguments on commas).
@@ -92,7 +109,8 @@ INTEROP_FLAGS_PREDICTOR ?=
 INTEROP_RUNS     := interop-upstream-epp-v1.5.0 interop-upstream-epp-v1.5.0-tls interop-upstream-epp-v1.5.0-lora \
 	interop-upstream-epp-v1.5.0-usage-crash interop-lwepp-v1.6.0 interop-predictor-parity interop-score-parity interop-sim \
 	interop-llmd-scheduler-v0.7.1 interop-llmd-scheduler-v0.7.1-usage-crash interop-llmd-scheduler-v0.7.1-lora \
-	interop-llmd-scheduler-v0.7.1-sample-config interop-llmd-prefix-scores
+	interop-llmd-scheduler-v0.7.1-sample-config interop-llmd-prefix-scores interop-lwepp-v1.6.2 \
+	interop-llmd-router-v0.10.0
 GIE_URL          := https://github.com/kubernetes-sigs/gateway-api-inference-extension
 GIE_IMPL         := --organization kubernetes-sigs --url $(GIE_URL) --contact $(GIE_URL)/issues
 # The upstream EPP v1.5.0 reads its kubeconfig from $$KUBECONFIG (controller-runtime's GetConfig;
@@ -103,6 +121,10 @@ UPSTREAM_EPP     := KUBECONFIG={{.Kubeconfig}} exec $$(./bin/eppkit tools path g
 # lwepp v1.6.0's flags: pkg/lwepp/server/options.go (TLS on by default; no config, no body parsing).
 LWEPP            := KUBECONFIG={{.Kubeconfig}} exec $$(./bin/eppkit tools path gie-v1.6.0 lwepp) --pool-name {{.PoolName}} \
 	--pool-namespace {{.PoolNamespace}} --secure-serving=false --grpc-port {{.GRPCPort}} \
+	--grpc-health-port {{.HealthPort}} --metrics-port {{.MetricsPort}}
+# lwepp v1.6.2: the same flags (its pkg/lwepp/server/options.go is v1.6.0's) plus --health-checking.
+LWEPP_162        := KUBECONFIG={{.Kubeconfig}} exec $$(./bin/eppkit tools path gie-v1.6.2 lwepp) --pool-name {{.PoolName}} \
+	--pool-namespace {{.PoolNamespace}} --secure-serving=false --health-checking --grpc-port {{.GRPCPort}} \
 	--grpc-health-port {{.HealthPort}} --metrics-port {{.MetricsPort}}
 # OpenAIResponseUsageRobust runs apart (it crashes v1.5.0 and llm-d's EPP: the -usage-crash runs);
 # ReferenceDuplicateRequestIDIsolated is left out because its result against them is a race: both
@@ -123,6 +145,23 @@ LLMD_VERSION     := --project llm-d-inference-scheduler --version v0.7.1
 # max-score-picker) scores prefix only, so only the features it scores are claimed.
 LLMD_SAMPLE_FEATURES := OpenAIRequestParsing,PrefixCacheAffinity
 
+# llm-d-router v0.10.0's EPP (built from ../shared/thirdparty, tools: llmd-router). Flags:
+# pkg/epp/server/options.go of its source; kubeconfig from $$KUBECONFIG (controller-runtime's
+# GetConfig in cmd/epp/runner/runner.go, Run). --tracing=false skips InitTracing
+# (pkg/common/observability/tracing/telemetry.go), the only place that sets up an OTLP exporter
+# (default endpoint localhost:4317); --drain-timeout=0s stops it at once on SIGTERM instead of
+# serving 30 s more.
+LLMD_ROUTER_EPP  := KUBECONFIG={{.Kubeconfig}} exec $$(./bin/eppkit tools path llmd-router epp) \
+	--pool-name {{.PoolName}} --pool-namespace {{.PoolNamespace}} --secure-serving=false --metrics-endpoint-auth=false \
+	--tracing=false --drain-timeout=0s --grpc-port {{.GRPCPort}} --grpc-health-port {{.HealthPort}} --metrics-port {{.MetricsPort}}
+LLMD_ROUTER_URL  := https://github.com/llm-d/llm-d-router
+LLMD_ROUTER_IMPL := --organization llm-d --url $(LLMD_ROUTER_URL) --contact $(LLMD_ROUTER_URL)/issues
+LLMD_ROUTER_VERSION := --project llm-d-router --version v0.10.0
+# Its approx-prefix-cache-producer keys plugin state by x-request-id as v1.5.0's does (GIE #1489), so
+# ReferenceDuplicateRequestIDIsolated is a race (failed 2 of 4 runs); OpenAIResponseUsageRobust
+# passes (no crash), so, unlike UPSTREAM_SKIP, it runs.
+LLMD_ROUTER_SKIP := ReferenceDuplicateRequestIDIsolated
+
 # interop_run: $(1) run name, $(2) command template, $(3) more eppkit conformance flags, $(4) the
 # implementation's --organization/--url/--contact (default: GIE's).
 define interop_run
@@ -138,7 +177,9 @@ interop-tools: build
 	./bin/eppkit tools build k8s
 	./bin/eppkit tools build gie
 	./bin/eppkit tools build gie-v1.6.0
+	./bin/eppkit tools build gie-v1.6.2
 	./bin/eppkit tools build llmd
+	@$(LLMD_ROUTER_BUILD)
 
 # (1) the upstream EPP v1.5.0 with its default config, plaintext. OpenAIResponseUsageRobust runs
 # on its own (usage-crash): a malformed usage block crashes this EPP, which would fail every later test.
@@ -171,6 +212,19 @@ interop-upstream-epp-v1.5.0-usage-crash: interop-tools
 interop-lwepp-v1.6.0: interop-tools
 	$(call interop_run,lwepp-v1.6.0,$(LWEPP),--project lwepp --version v1.6.0 --profiles all \
 		--supported-features $(INTEROP_FEATURES) --readiness-probe headers-only)
+
+# (3b) GIE v1.6.2's lwepp: v1.6.0's with the FULL_DUPLEX_STREAMED fixes (GIE #3028, #3033), so
+# the usual readiness probe (a chat completion) works; with --health-checking.
+interop-lwepp-v1.6.2: interop-tools
+	$(call interop_run,lwepp-v1.6.2,$(LWEPP_162),--project lwepp --version v1.6.2 --profiles all \
+		--supported-features $(INTEROP_FEATURES))
+
+# (6) llm-d-router v0.10.0 (llm-d's EPP since GIE v1.6.0) with its default config. SKIPPED, exit 0,
+# when the source snapshot is missing.
+interop-llmd-router-v0.10.0: interop-tools
+	$(LLMD_ROUTER_BUILD); \
+	$(call interop_run,llmd-router-v0.10.0,$(LLMD_ROUTER_EPP),$(LLMD_ROUTER_VERSION) --profiles all \
+		--supported-features $(INTEROP_FEATURES) --skip-tests $(LLMD_ROUTER_SKIP),$(LLMD_ROUTER_IMPL))
 
 # (5) llm-d's EPP (llm-d-inference-scheduler v0.7.1, tools/llmd-v0.7.1) with its default config
 # (GIE v1.4.0's: queue, kv-cache-utilization and prefix scorers). Like v1.5.0 it panics on a
