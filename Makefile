@@ -110,7 +110,7 @@ INTEROP_RUNS     := interop-upstream-epp-v1.5.0 interop-upstream-epp-v1.5.0-tls 
 	interop-upstream-epp-v1.5.0-usage-crash interop-lwepp-v1.6.0 interop-predictor-parity interop-score-parity interop-sim \
 	interop-llmd-scheduler-v0.7.1 interop-llmd-scheduler-v0.7.1-usage-crash interop-llmd-scheduler-v0.7.1-lora \
 	interop-llmd-scheduler-v0.7.1-sample-config interop-llmd-prefix-scores interop-lwepp-v1.6.2 \
-	interop-llmd-router-v0.10.0
+	interop-llmd-router-v0.10.0 interop-llmd-router-v0.10.0-static
 GIE_URL          := https://github.com/kubernetes-sigs/gateway-api-inference-extension
 GIE_IMPL         := --organization kubernetes-sigs --url $(GIE_URL) --contact $(GIE_URL)/issues
 # The upstream EPP v1.5.0 reads its kubeconfig from $$KUBECONFIG (controller-runtime's GetConfig;
@@ -162,10 +162,63 @@ LLMD_ROUTER_VERSION := --project llm-d-router --version v0.10.0
 # passes (no crash), so, unlike UPSTREAM_SKIP, it runs.
 LLMD_ROUTER_SKIP := ReferenceDuplicateRequestIDIsolated
 
+# llm-d-router in file-discovery mode (no Kubernetes; cmd/epp/runner/runner.go, runWithFileDiscovery,
+# taken when the config names a discovery plugin): LLMD_ROUTER_STATIC_SH, run by the target's shell
+# with the static source's {{.Endpoints}} and {{.LogDir}}, writes the endpoints file of its
+# file-discovery plugin (pkg/epp/framework/plugins/datalayer/discovery/file/README.md: name, address,
+# port as a string) and a config with the default config's scorers and weights
+# (pkg/epp/config/loader/defaults.go, loadDefaultConfig) plus that plugin into the log dir, prints
+# both to target.log, and execs the EPP with the rest of its arguments. --pool-name is still required
+# (server/options.go, Validate: pool-name or endpoint-selector); it only labels metrics here.
+define LLMD_ROUTER_STATIC_SH
+set -e
+eps=$$1 dir=$$2 epp=$$3
+shift 3
+f=$$dir/endpoints.yaml
+c=$$dir/epp-config.yaml
+echo 'endpoints:' > "$$f"
+i=0
+for ep in $$(echo "$$eps" | tr , ' '); do
+	printf '%s\n' "- name: ep$$i" "  address: \"$${ep%:*}\"" "  port: \"$${ep##*:}\"" >> "$$f"
+	i=$$((i+1))
+done
+cat > "$$c" <<EOF
+apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: queue-scorer
+- type: kv-cache-utilization-scorer
+- type: prefix-cache-scorer
+- type: file-discovery
+  parameters:
+    path: $$f
+dataLayer:
+  discovery:
+    pluginRef: file-discovery
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: queue-scorer
+    weight: 2
+  - pluginRef: kv-cache-utilization-scorer
+    weight: 2
+  - pluginRef: prefix-cache-scorer
+    weight: 3
+EOF
+echo "# $$f:"; cat "$$f"; echo "# $$c:"; cat "$$c"
+exec "$$epp" --config-file "$$c" "$$@"
+endef
+export LLMD_ROUTER_STATIC_SH
+LLMD_ROUTER_STATIC_EPP := exec sh -c \"\$$LLMD_ROUTER_STATIC_SH\" llmd-router-static {{.Endpoints}} {{.LogDir}} \
+	$$(./bin/eppkit tools path llmd-router epp) --pool-name eppkit-static --pool-namespace eppkit --secure-serving=false \
+	--metrics-endpoint-auth=false --tracing=false --drain-timeout=0s --grpc-port {{.GRPCPort}} --grpc-health-port {{.HealthPort}} \
+	--metrics-port {{.MetricsPort}}
+
 # interop_run: $(1) run name, $(2) command template, $(3) more eppkit conformance flags, $(4) the
-# implementation's --organization/--url/--contact (default: GIE's).
+# implementation's --organization/--url/--contact (default: GIE's), $(5) the endpoint source
+# (default apiserver).
 define interop_run
-	./bin/eppkit conformance --target command --endpoint-source apiserver --command "$(2)" \
+	./bin/eppkit conformance --target command --endpoint-source $(or $(5),apiserver) --command "$(2)" \
 		--report-output $(INTEROP_OUT)/$(1) --log-dir out/interop/$(1) \
 		--expect-failures $(INTEROP_EXPECT)/$(1).txt $(or $(4),$(GIE_IMPL)) $(3) $(INTEROP_FLAGS)
 endef
@@ -225,6 +278,12 @@ interop-llmd-router-v0.10.0: interop-tools
 	$(LLMD_ROUTER_BUILD); \
 	$(call interop_run,llmd-router-v0.10.0,$(LLMD_ROUTER_EPP),$(LLMD_ROUTER_VERSION) --profiles all \
 		--supported-features $(INTEROP_FEATURES) --skip-tests $(LLMD_ROUTER_SKIP),$(LLMD_ROUTER_IMPL))
+
+# (6b) the same config in file-discovery mode: the static source, no Kubernetes (LLMD_ROUTER_STATIC_SH).
+interop-llmd-router-v0.10.0-static: interop-tools
+	$(LLMD_ROUTER_BUILD); \
+	$(call interop_run,llmd-router-v0.10.0-static,$(LLMD_ROUTER_STATIC_EPP),$(LLMD_ROUTER_VERSION) --profiles all \
+		--supported-features $(INTEROP_FEATURES) --skip-tests $(LLMD_ROUTER_SKIP),$(LLMD_ROUTER_IMPL),static)
 
 # (5) llm-d's EPP (llm-d-inference-scheduler v0.7.1, tools/llmd-v0.7.1) with its default config
 # (GIE v1.4.0's: queue, kv-cache-utilization and prefix scorers). Like v1.5.0 it panics on a
