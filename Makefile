@@ -110,7 +110,7 @@ INTEROP_RUNS     := interop-upstream-epp-v1.5.0 interop-upstream-epp-v1.5.0-tls 
 	interop-upstream-epp-v1.5.0-usage-crash interop-lwepp-v1.6.0 interop-predictor-parity interop-score-parity interop-sim \
 	interop-llmd-scheduler-v0.7.1 interop-llmd-scheduler-v0.7.1-usage-crash interop-llmd-scheduler-v0.7.1-lora \
 	interop-llmd-scheduler-v0.7.1-sample-config interop-llmd-prefix-scores interop-lwepp-v1.6.2 \
-	interop-llmd-router-v0.10.0 interop-llmd-router-v0.10.0-static
+	interop-llmd-router-v0.10.0 interop-llmd-router-v0.10.0-static interop-llmd-router-v0.10.0-optimized-baseline
 GIE_URL          := https://github.com/kubernetes-sigs/gateway-api-inference-extension
 GIE_IMPL         := --organization kubernetes-sigs --url $(GIE_URL) --contact $(GIE_URL)/issues
 # The upstream EPP v1.5.0 reads its kubeconfig from $$KUBECONFIG (controller-runtime's GetConfig;
@@ -284,6 +284,35 @@ interop-llmd-router-v0.10.0-static: interop-tools
 	$(LLMD_ROUTER_BUILD); \
 	$(call interop_run,llmd-router-v0.10.0-static,$(LLMD_ROUTER_STATIC_EPP),$(LLMD_ROUTER_VERSION) --profiles all \
 		--supported-features $(INTEROP_FEATURES) --skip-tests $(LLMD_ROUTER_SKIP),$(LLMD_ROUTER_IMPL),static)
+
+# (6c) the config of its optimized-baseline guide, which its nightly perf job deploys: the
+# EndpointPickerConfig embedded in the Helm values test/perf/config/router-configs/optimized-baseline.yaml
+# of the tree (router.epp.pluginsCustomConfig), cut out with awk (the literal block under its key,
+# de-indented): the default scorers and weights plus no-hit-lru-scorer (2) and
+# approx-prefix-cache-producer with maxPrefixTokensToMatch 100000.
+LLMD_ROUTER_OPTIMIZED := out/interop/llmd-router-v0.10.0-optimized-baseline.yaml
+interop-llmd-router-v0.10.0-optimized-baseline: interop-tools
+	$(LLMD_ROUTER_BUILD); \
+	mkdir -p out/interop; \
+	awk '/optimized-baseline-plugins.yaml: \|/ {f=1; match($$0, /^ */); ind=RLENGTH; next} f && /[^ ]/ {match($$0, /^ */); if (RLENGTH <= ind) exit; print substr($$0, ind+3)}' \
+		$$(./bin/eppkit tools path llmd-router src)/test/perf/config/router-configs/optimized-baseline.yaml > $(LLMD_ROUTER_OPTIMIZED); \
+	grep -q '^kind: EndpointPickerConfig' $(LLMD_ROUTER_OPTIMIZED) || { echo "$@: no EndpointPickerConfig in its optimized-baseline.yaml"; exit 2; }; \
+	$(call interop_run,llmd-router-v0.10.0-optimized-baseline,$(LLMD_ROUTER_EPP) --config-file {{.ConfigFile}},$(LLMD_ROUTER_VERSION) \
+		--config-file $(LLMD_ROUTER_OPTIMIZED) --profiles all --supported-features $(INTEROP_FEATURES) \
+		--skip-tests $(LLMD_ROUTER_SKIP),$(LLMD_ROUTER_IMPL))
+
+# (6d) its shipped flow-control config, deploy/config/soft-reflective-ceiling-epp-config.yaml (the
+# configs artifact): the default scorers and weights with the flowControl feature gate and the
+# soft-reflective-ceiling usage-limit policy. That policy is an Alpha plugin, which the EPP refuses to
+# load without --allow-experimental-plugins (cmd/epp/runner/runner.go, setup:
+# fwkplugin.ValidatePluginStability), so the run passes it. Not in INTEROP_RUNS (make interop): the
+# tests whose requests flow control holds wait out their timeouts, about 8–9 minutes in all.
+.PHONY: interop-llmd-router-v0.10.0-flow-control
+interop-llmd-router-v0.10.0-flow-control: interop-tools
+	$(LLMD_ROUTER_BUILD); \
+	$(call interop_run,llmd-router-v0.10.0-flow-control,$(LLMD_ROUTER_EPP) --allow-experimental-plugins --config-file {{.ConfigFile}},$(LLMD_ROUTER_VERSION) \
+		--config-file $$(./bin/eppkit tools path llmd-router configs)/soft-reflective-ceiling-epp-config.yaml --profiles all \
+		--supported-features $(INTEROP_FEATURES) --skip-tests $(LLMD_ROUTER_SKIP),$(LLMD_ROUTER_IMPL))
 
 # (5) llm-d's EPP (llm-d-inference-scheduler v0.7.1, tools/llmd-v0.7.1) with its default config
 # (GIE v1.4.0's: queue, kv-cache-utilization and prefix scorers). Like v1.5.0 it panics on a
