@@ -110,7 +110,8 @@ INTEROP_RUNS     := interop-upstream-epp-v1.5.0 interop-upstream-epp-v1.5.0-tls 
 	interop-upstream-epp-v1.5.0-usage-crash interop-lwepp-v1.6.0 interop-predictor-parity interop-score-parity interop-sim \
 	interop-llmd-scheduler-v0.7.1 interop-llmd-scheduler-v0.7.1-usage-crash interop-llmd-scheduler-v0.7.1-lora \
 	interop-llmd-scheduler-v0.7.1-sample-config interop-llmd-prefix-scores interop-lwepp-v1.6.2 \
-	interop-llmd-router-v0.10.0 interop-llmd-router-v0.10.0-static interop-llmd-router-v0.10.0-optimized-baseline
+	interop-llmd-router-v0.10.0 interop-llmd-router-v0.10.0-lora interop-llmd-router-v0.10.0-static \
+	interop-llmd-router-v0.10.0-optimized-baseline
 GIE_URL          := https://github.com/kubernetes-sigs/gateway-api-inference-extension
 GIE_IMPL         := --organization kubernetes-sigs --url $(GIE_URL) --contact $(GIE_URL)/issues
 # The upstream EPP v1.5.0 reads its kubeconfig from $$KUBECONFIG (controller-runtime's GetConfig;
@@ -278,6 +279,13 @@ interop-llmd-router-v0.10.0: interop-tools
 	$(LLMD_ROUTER_BUILD); \
 	$(call interop_run,llmd-router-v0.10.0,$(LLMD_ROUTER_EPP),$(LLMD_ROUTER_VERSION) --profiles all \
 		--supported-features $(INTEROP_FEATURES) --skip-tests $(LLMD_ROUTER_SKIP),$(LLMD_ROUTER_IMPL))
+
+# (6a) LoRAAffinity with lora-affinity-scorer enabled (manifests/epp-configs/lora-affinity.yaml).
+interop-llmd-router-v0.10.0-lora: interop-tools
+	$(LLMD_ROUTER_BUILD); \
+	$(call interop_run,llmd-router-v0.10.0-lora,$(LLMD_ROUTER_EPP) --config-file {{.ConfigFile}},$(LLMD_ROUTER_VERSION) \
+		--config-file manifests/epp-configs/lora-affinity.yaml --profiles EPP-Routing --supported-features LoRAAffinity \
+		--run-test LoRAAffinity,$(LLMD_ROUTER_IMPL))
 
 # (6b) the same config in file-discovery mode: the static source, no Kubernetes (LLMD_ROUTER_STATIC_SH).
 interop-llmd-router-v0.10.0-static: interop-tools
