@@ -8,7 +8,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 GINKGO_FLAGS ?=
 
 .PHONY: e2e-framework conformance-cluster
-.PHONY: all build test unit suites example conformance conformance-upstream interop interop-tools $(INTEROP_RUNS) catalogue tools lint bench clean manifests image mutants flake-check e2e
+.PHONY: all build test unit suites example conformance conformance-upstream interop interop-tools $(INTEROP_RUNS) catalogue tools tools-llmd-router lint bench clean manifests image mutants flake-check e2e
 
 all: build
 
@@ -61,8 +61,10 @@ conformance: build
 ## tools: build every pinned upstream binary of tools/ that the tests and .ci/run use into
 # ${XDG_CACHE_HOME:-~/.cache}/eppkit/ (see docs/tools.md): kube-apiserver and etcd v1.37.2 (with
 # --all also the kind node image's control-plane and node binaries), the GIE v1.5.0 CRDs and
-# upstream EPP, GIE v1.6.0's lwepp, llm-d-inference-sim v0.10.2 and llm-d-inference-scheduler
-# v0.7.1. Cached by version: a second run only prints the paths. A cold build takes about an hour
+# upstream EPP, GIE v1.6.0's and v1.6.2's lwepp, llm-d-inference-sim v0.10.2,
+# llm-d-inference-scheduler v0.7.1 and llm-d-router v0.10.0 (from the source snapshot in
+# ../shared/thirdparty, or $$EPPKIT_THIRDPARTY_DIR: SKIPPED with a message when it is missing).
+# Cached by version: a second run only prints the paths. A cold build takes about an hour
 # on an idle 2-core machine (the simulator about 40 minutes of it); TOOLS_FLAGS=--p=1 lowers peak
 # memory. The kind node image itself is built apart (`eppkit tools build kind-node`: it needs a
 # container engine and Debian's debootstrap).
@@ -71,8 +73,22 @@ tools: build
 	./bin/eppkit tools build k8s --all $(TOOLS_FLAGS)
 	./bin/eppkit tools build gie $(TOOLS_FLAGS)
 	./bin/eppkit tools build gie-v1.6.0 $(TOOLS_FLAGS)
+	./bin/eppkit tools build gie-v1.6.2 $(TOOLS_FLAGS)
 	./bin/eppkit tools build sim $(TOOLS_FLAGS)
 	./bin/eppkit tools build llmd $(TOOLS_FLAGS)
+	@$(LLMD_ROUTER_BUILD)
+
+# LLMD_ROUTER_BUILD builds llm-d-router v0.10.0 from its source snapshot (a no-op once cached). When
+# the snapshot is missing (`eppkit tools build` exit 4, its message names the file) it prints
+# "<target>: SKIPPED: ..." and ends the recipe line with exit 0, so a run that needs it is
+# reported skipped, never passed; any other failure (a checksum mismatch) fails the target.
+LLMD_ROUTER_BUILD = rc=0; ./bin/eppkit tools build llmd-router $(TOOLS_FLAGS) || rc=$$?; \
+	if [ $$rc -eq 4 ]; then echo "$@: SKIPPED: the llm-d-router v0.10.0 source snapshot is missing (the eppkit error above names the file; EPPKIT_THIRDPARTY_DIR sets its directory, docs/tools.md)"; exit 0; fi; \
+	[ $$rc -eq 0 ] || exit $$rc
+
+## tools-llmd-router: llm-d-router v0.10.0 alone (.ci/run's tool stage); SKIPPED without its snapshot.
+tools-llmd-router: build
+	@$(LLMD_ROUTER_BUILD)
 
 ## interop: the suite against EPPs nobody here wrote (issue 9; reports/interop/README.md explains
 # every failure). Each run starts the fleet, a local kube-apiserver + etcd holding the InferencePool
@@ -80,7 +96,8 @@ tools: build
 # selected profiles and writes its reports to $(INTEROP_OUT)/<run>/. Each run also passes
 # --expect-failures reports/interop/expected-failures/<run>.txt, so the target exits 0 when every
 # run failed exactly its explained tests, 1 when a result changed and 2 on a harness error.
-# The upstream binaries are built once per machine (tools/gie-v1.5.0, tools/gie-v1.6.0, tools/llmd-v0.7.1; docs/tools.md).
+# The upstream binaries are built once per machine (tools/gie-v1.5.0, tools/gie-v1.6.0, tools/gie-v1.6.2,
+# tools/llmd-v0.7.1, and llm-d-router from ../shared/thirdparty; docs/tools.md).
 # To add a run: a sub-target calling $(call interop_run,<run>,<command template>,<flags>), its
 # expected-failures file, a README section, and its name in INTEROP_RUNS. Arguments containing
 # commas go through variables (make splits $(call) arguments on commas).
@@ -92,7 +109,9 @@ INTEROP_FLAGS_PREDICTOR ?=
 INTEROP_RUNS     := interop-upstream-epp-v1.5.0 interop-upstream-epp-v1.5.0-tls interop-upstream-epp-v1.5.0-lora \
 	interop-upstream-epp-v1.5.0-usage-crash interop-lwepp-v1.6.0 interop-predictor-parity interop-score-parity interop-sim \
 	interop-llmd-scheduler-v0.7.1 interop-llmd-scheduler-v0.7.1-usage-crash interop-llmd-scheduler-v0.7.1-lora \
-	interop-llmd-scheduler-v0.7.1-sample-config interop-llmd-prefix-scores
+	interop-llmd-scheduler-v0.7.1-sample-config interop-llmd-prefix-scores interop-lwepp-v1.6.2 \
+	interop-llmd-router-v0.10.0 interop-llmd-router-v0.10.0-lora interop-llmd-router-v0.10.0-static \
+	interop-llmd-router-v0.10.0-optimized-baseline
 GIE_URL          := https://github.com/kubernetes-sigs/gateway-api-inference-extension
 GIE_IMPL         := --organization kubernetes-sigs --url $(GIE_URL) --contact $(GIE_URL)/issues
 # The upstream EPP v1.5.0 reads its kubeconfig from $$KUBECONFIG (controller-runtime's GetConfig;
@@ -103,6 +122,10 @@ UPSTREAM_EPP     := KUBECONFIG={{.Kubeconfig}} exec $$(./bin/eppkit tools path g
 # lwepp v1.6.0's flags: pkg/lwepp/server/options.go (TLS on by default; no config, no body parsing).
 LWEPP            := KUBECONFIG={{.Kubeconfig}} exec $$(./bin/eppkit tools path gie-v1.6.0 lwepp) --pool-name {{.PoolName}} \
 	--pool-namespace {{.PoolNamespace}} --secure-serving=false --grpc-port {{.GRPCPort}} \
+	--grpc-health-port {{.HealthPort}} --metrics-port {{.MetricsPort}}
+# lwepp v1.6.2: the same flags (its pkg/lwepp/server/options.go is v1.6.0's) plus --health-checking.
+LWEPP_162        := KUBECONFIG={{.Kubeconfig}} exec $$(./bin/eppkit tools path gie-v1.6.2 lwepp) --pool-name {{.PoolName}} \
+	--pool-namespace {{.PoolNamespace}} --secure-serving=false --health-checking --grpc-port {{.GRPCPort}} \
 	--grpc-health-port {{.HealthPort}} --metrics-port {{.MetricsPort}}
 # OpenAIResponseUsageRobust runs apart (it crashes v1.5.0 and llm-d's EPP: the -usage-crash runs);
 # ReferenceDuplicateRequestIDIsolated is left out because its result against them is a race: both
@@ -123,17 +146,92 @@ LLMD_VERSION     := --project llm-d-inference-scheduler --version v0.7.1
 # max-score-picker) scores prefix only, so only the features it scores are claimed.
 LLMD_SAMPLE_FEATURES := OpenAIRequestParsing,PrefixCacheAffinity
 
+# llm-d-router v0.10.0's EPP (built from ../shared/thirdparty, tools: llmd-router). Flags:
+# pkg/epp/server/options.go of its source; kubeconfig from $$KUBECONFIG (controller-runtime's
+# GetConfig in cmd/epp/runner/runner.go, Run). --tracing=false skips InitTracing
+# (pkg/common/observability/tracing/telemetry.go), the only place that sets up an OTLP exporter
+# (default endpoint localhost:4317); --drain-timeout=0s stops it at once on SIGTERM instead of
+# serving 30 s more.
+LLMD_ROUTER_EPP  := KUBECONFIG={{.Kubeconfig}} exec $$(./bin/eppkit tools path llmd-router epp) \
+	--pool-name {{.PoolName}} --pool-namespace {{.PoolNamespace}} --secure-serving=false --metrics-endpoint-auth=false \
+	--tracing=false --drain-timeout=0s --grpc-port {{.GRPCPort}} --grpc-health-port {{.HealthPort}} --metrics-port {{.MetricsPort}}
+LLMD_ROUTER_URL  := https://github.com/llm-d/llm-d-router
+LLMD_ROUTER_IMPL := --organization llm-d --url $(LLMD_ROUTER_URL) --contact $(LLMD_ROUTER_URL)/issues
+LLMD_ROUTER_VERSION := --project llm-d-router --version v0.10.0
+# Its approx-prefix-cache-producer keys plugin state by x-request-id as v1.5.0's does (GIE #1489), so
+# ReferenceDuplicateRequestIDIsolated is a race (failed 2 of 4 runs); OpenAIResponseUsageRobust
+# passes (no crash), so, unlike UPSTREAM_SKIP, it runs.
+LLMD_ROUTER_SKIP := ReferenceDuplicateRequestIDIsolated
+
+# llm-d-router in file-discovery mode (no Kubernetes; cmd/epp/runner/runner.go, runWithFileDiscovery,
+# taken when the config names a discovery plugin): LLMD_ROUTER_STATIC_SH, run by the target's shell
+# with the static source's {{.Endpoints}} and {{.LogDir}}, writes the endpoints file of its
+# file-discovery plugin (pkg/epp/framework/plugins/datalayer/discovery/file/README.md: name, address,
+# port as a string) and a config with the default config's scorers and weights
+# (pkg/epp/config/loader/defaults.go, loadDefaultConfig) plus that plugin into the log dir, prints
+# both to target.log, and execs the EPP with the rest of its arguments. --pool-name is still required
+# (server/options.go, Validate: pool-name or endpoint-selector); it only labels metrics here.
+define LLMD_ROUTER_STATIC_SH
+set -e
+eps=$$1 dir=$$2 epp=$$3
+shift 3
+f=$$dir/endpoints.yaml
+c=$$dir/epp-config.yaml
+echo 'endpoints:' > "$$f"
+i=0
+for ep in $$(echo "$$eps" | tr , ' '); do
+	printf '%s\n' "- name: ep$$i" "  address: \"$${ep%:*}\"" "  port: \"$${ep##*:}\"" >> "$$f"
+	i=$$((i+1))
+done
+cat > "$$c" <<EOF
+apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: queue-scorer
+- type: kv-cache-utilization-scorer
+- type: prefix-cache-scorer
+- type: file-discovery
+  parameters:
+    path: $$f
+dataLayer:
+  discovery:
+    pluginRef: file-discovery
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: queue-scorer
+    weight: 2
+  - pluginRef: kv-cache-utilization-scorer
+    weight: 2
+  - pluginRef: prefix-cache-scorer
+    weight: 3
+EOF
+echo "# $$f:"; cat "$$f"; echo "# $$c:"; cat "$$c"
+exec "$$epp" --config-file "$$c" "$$@"
+endef
+export LLMD_ROUTER_STATIC_SH
+LLMD_ROUTER_STATIC_EPP := exec sh -c \"\$$LLMD_ROUTER_STATIC_SH\" llmd-router-static {{.Endpoints}} {{.LogDir}} \
+	$$(./bin/eppkit tools path llmd-router epp) --pool-name eppkit-static --pool-namespace eppkit --secure-serving=false \
+	--metrics-endpoint-auth=false --tracing=false --drain-timeout=0s --grpc-port {{.GRPCPort}} --grpc-health-port {{.HealthPort}} \
+	--metrics-port {{.MetricsPort}}
+
 # interop_run: $(1) run name, $(2) command template, $(3) more eppkit conformance flags, $(4) the
-# implementation's --organization/--url/--contact (default: GIE's).
+# implementation's --organization/--url/--contact (default: GIE's), $(5) the endpoint source
+# (default apiserver).
 define interop_run
-	./bin/eppkit conformance --target command --endpoint-source apiserver --command "$(2)" \
+	./bin/eppkit conformance --target command --endpoint-source $(or $(5),apiserver) --command "$(2)" \
 		--report-output $(INTEROP_OUT)/$(1) --log-dir out/interop/$(1) --results-file $(INTEROP_OUT)/$(1)/results.json \
 		--expect-failures $(INTEROP_EXPECT)/$(1).txt $(or $(4),$(GIE_IMPL)) $(3) $(INTEROP_FLAGS)
 endef
 
 interop: $(INTEROP_RUNS)
 	$(MAKE) --no-print-directory interop-matrix
-	@echo "interop: every run failed exactly its expected tests ($(INTEROP_EXPECT)/); reports in $(INTEROP_OUT)/"
+	@if ./bin/eppkit tools path llmd-router epp >/dev/null 2>&1; then \
+		echo "interop: every run failed exactly its expected tests ($(INTEROP_EXPECT)/); reports in $(INTEROP_OUT)/"; \
+	else \
+		echo "interop: every run that ran failed exactly its expected tests ($(INTEROP_EXPECT)/); reports in $(INTEROP_OUT)/"; \
+		echo "interop: SKIPPED: the interop-llmd-router-v0.10.0* runs (no llm-d-router source snapshot; docs/tools.md)"; \
+	fi
 
 ## interop-matrix: regenerate the table of who passes what in reports/interop/README.md from every
 # run's results.json and expected-failures file (eppkit conformance matrix); a test in make test
@@ -146,7 +244,9 @@ interop-tools: build
 	./bin/eppkit tools build k8s
 	./bin/eppkit tools build gie
 	./bin/eppkit tools build gie-v1.6.0
+	./bin/eppkit tools build gie-v1.6.2
 	./bin/eppkit tools build llmd
+	@$(LLMD_ROUTER_BUILD)
 
 # (1) the upstream EPP v1.5.0 with its default config, plaintext. OpenAIResponseUsageRobust runs
 # on its own (usage-crash): a malformed usage block crashes this EPP, which would fail every later test.
@@ -179,6 +279,61 @@ interop-upstream-epp-v1.5.0-usage-crash: interop-tools
 interop-lwepp-v1.6.0: interop-tools
 	$(call interop_run,lwepp-v1.6.0,$(LWEPP),--project lwepp --version v1.6.0 --profiles all \
 		--supported-features $(INTEROP_FEATURES) --readiness-probe headers-only)
+
+# (3b) GIE v1.6.2's lwepp: v1.6.0's with the FULL_DUPLEX_STREAMED fixes (GIE #3028, #3033), so
+# the usual readiness probe (a chat completion) works; with --health-checking.
+interop-lwepp-v1.6.2: interop-tools
+	$(call interop_run,lwepp-v1.6.2,$(LWEPP_162),--project lwepp --version v1.6.2 --profiles all \
+		--supported-features $(INTEROP_FEATURES))
+
+# (6) llm-d-router v0.10.0 (llm-d's EPP since GIE v1.6.0) with its default config. SKIPPED, exit 0,
+# when the source snapshot is missing.
+interop-llmd-router-v0.10.0: interop-tools
+	$(LLMD_ROUTER_BUILD); \
+	$(call interop_run,llmd-router-v0.10.0,$(LLMD_ROUTER_EPP),$(LLMD_ROUTER_VERSION) --profiles all \
+		--supported-features $(INTEROP_FEATURES) --skip-tests $(LLMD_ROUTER_SKIP),$(LLMD_ROUTER_IMPL))
+
+# (6a) LoRAAffinity with lora-affinity-scorer enabled (manifests/epp-configs/lora-affinity.yaml).
+interop-llmd-router-v0.10.0-lora: interop-tools
+	$(LLMD_ROUTER_BUILD); \
+	$(call interop_run,llmd-router-v0.10.0-lora,$(LLMD_ROUTER_EPP) --config-file {{.ConfigFile}},$(LLMD_ROUTER_VERSION) \
+		--config-file manifests/epp-configs/lora-affinity.yaml --profiles EPP-Routing --supported-features LoRAAffinity \
+		--run-test LoRAAffinity,$(LLMD_ROUTER_IMPL))
+
+# (6b) the same config in file-discovery mode: the static source, no Kubernetes (LLMD_ROUTER_STATIC_SH).
+interop-llmd-router-v0.10.0-static: interop-tools
+	$(LLMD_ROUTER_BUILD); \
+	$(call interop_run,llmd-router-v0.10.0-static,$(LLMD_ROUTER_STATIC_EPP),$(LLMD_ROUTER_VERSION) --profiles all \
+		--supported-features $(INTEROP_FEATURES) --skip-tests $(LLMD_ROUTER_SKIP),$(LLMD_ROUTER_IMPL),static)
+
+# (6c) the config of its optimized-baseline guide, which its nightly perf job deploys: the
+# EndpointPickerConfig embedded in the Helm values test/perf/config/router-configs/optimized-baseline.yaml
+# of the tree (router.epp.pluginsCustomConfig), cut out with awk (the literal block under its key,
+# de-indented): the default scorers and weights plus no-hit-lru-scorer (2) and
+# approx-prefix-cache-producer with maxPrefixTokensToMatch 100000.
+LLMD_ROUTER_OPTIMIZED := out/interop/llmd-router-v0.10.0-optimized-baseline.yaml
+interop-llmd-router-v0.10.0-optimized-baseline: interop-tools
+	$(LLMD_ROUTER_BUILD); \
+	mkdir -p out/interop; \
+	awk '/optimized-baseline-plugins.yaml: \|/ {f=1; match($$0, /^ */); ind=RLENGTH; next} f && /[^ ]/ {match($$0, /^ */); if (RLENGTH <= ind) exit; print substr($$0, ind+3)}' \
+		$$(./bin/eppkit tools path llmd-router src)/test/perf/config/router-configs/optimized-baseline.yaml > $(LLMD_ROUTER_OPTIMIZED); \
+	grep -q '^kind: EndpointPickerConfig' $(LLMD_ROUTER_OPTIMIZED) || { echo "$@: no EndpointPickerConfig in its optimized-baseline.yaml"; exit 2; }; \
+	$(call interop_run,llmd-router-v0.10.0-optimized-baseline,$(LLMD_ROUTER_EPP) --config-file {{.ConfigFile}},$(LLMD_ROUTER_VERSION) \
+		--config-file $(LLMD_ROUTER_OPTIMIZED) --profiles all --supported-features $(INTEROP_FEATURES) \
+		--skip-tests $(LLMD_ROUTER_SKIP),$(LLMD_ROUTER_IMPL))
+
+# (6d) its shipped flow-control config, deploy/config/soft-reflective-ceiling-epp-config.yaml (the
+# configs artifact): the default scorers and weights with the flowControl feature gate and the
+# soft-reflective-ceiling usage-limit policy. That policy is an Alpha plugin, which the EPP refuses to
+# load without --allow-experimental-plugins (cmd/epp/runner/runner.go, setup:
+# fwkplugin.ValidatePluginStability), so the run passes it. Not in INTEROP_RUNS (make interop): the
+# tests whose requests flow control holds wait out their timeouts, about 8–9 minutes in all.
+.PHONY: interop-llmd-router-v0.10.0-flow-control
+interop-llmd-router-v0.10.0-flow-control: interop-tools
+	$(LLMD_ROUTER_BUILD); \
+	$(call interop_run,llmd-router-v0.10.0-flow-control,$(LLMD_ROUTER_EPP) --allow-experimental-plugins --config-file {{.ConfigFile}},$(LLMD_ROUTER_VERSION) \
+		--config-file $$(./bin/eppkit tools path llmd-router configs)/soft-reflective-ceiling-epp-config.yaml --profiles all \
+		--supported-features $(INTEROP_FEATURES) --skip-tests $(LLMD_ROUTER_SKIP),$(LLMD_ROUTER_IMPL))
 
 # (5) llm-d's EPP (llm-d-inference-scheduler v0.7.1, tools/llmd-v0.7.1) with its default config
 # (GIE v1.4.0's: queue, kv-cache-utilization and prefix scorers). Like v1.5.0 it panics on a

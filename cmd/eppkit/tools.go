@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -14,14 +15,22 @@ func init() {
 	subcommands = append(subcommands, newToolsCommand)
 }
 
+// exitSnapshotMissing is `eppkit tools build`'s exit code when a tool built from a source
+// snapshot (llmd-router) has something to build and its tarball is not in the snapshot directory
+// ($EPPKIT_THIRDPARTY_DIR, default ../shared/thirdparty): the make targets that need it print
+// "SKIPPED" for it and succeed. Every other failure (a checksum mismatch included) is exit 1.
+const exitSnapshotMissing = 4
+
 // newToolsCommand is `eppkit tools`: build and locate the pinned upstream binaries of tools/
-// (kube-apiserver, etcd, the upstream EPP, the GIE CRDs). See docs/tools.md.
+// (kube-apiserver, etcd, the upstream EPP, the GIE CRDs) and of the source snapshots in
+// ../shared/thirdparty (llm-d-router). See docs/tools.md.
 func newToolsCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "tools",
 		Short: "Build and locate the pinned upstream binaries of tools/ (cached by version)",
-		Long: "Each tool is a Go module under tools/<name>-<version>/ pinned to an upstream release; its " +
-			"artifacts are cached under ${XDG_CACHE_HOME:-~/.cache}/eppkit/<name>-<version>/.\n\nTools:\n" +
+		Long: "Each tool is a Go module under tools/<name>-<version>/ pinned to an upstream release, or a source " +
+			"snapshot in $" + toolcache.ThirdPartyEnv + " (default: ../shared/thirdparty beside the checkout) verified " +
+			"against its .sha256; its artifacts are cached under ${XDG_CACHE_HOME:-~/.cache}/eppkit/<name>-<version>/.\n\nTools:\n" +
 			toolList(),
 	}
 	cmd.AddCommand(newToolsBuildCommand(), newToolsPathCommand(), newToolsListCommand())
@@ -45,13 +54,17 @@ func newToolsBuildCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "build <name>...",
 		Short: "Build the named tools into the cache (skips artifacts already there); prints their paths",
-		Long: "Build the named tools into the cache; artifacts already there are skipped.\n\n" +
+		Long: "Build the named tools into the cache, skipping artifacts already there, and print their paths.\n\n" +
 			"The k8s tool's kube-apiserver and etcd (the apiserver endpoint source's control plane) are not built\n" +
 			"when " + toolcache.EnvtestAssetsEnv + " names a directory holding a kube-apiserver " + toolcache.SupportedAPIServer.String() +
-			"\nand an etcd " + toolcache.SupportedEtcd.String() + " (as setup-envtest installs them); the runs then use those.",
+			"\nand an etcd " + toolcache.SupportedEtcd.String() + " (as setup-envtest installs them); the runs then use those.\n\n" +
+			"Exit codes: 0 built or cached; 4 a tool built from a source snapshot (llmd-router) has something to build " +
+			"and its tarball is missing (set $" + toolcache.ThirdPartyEnv + "); 1 any other failure, a snapshot whose " +
+			"sha256 does not match its .sha256 file included.",
 		Example: "  eppkit tools build k8s                 # kube-apiserver + etcd\n" +
 			"  eppkit tools build k8s --all           # also kube-controller-manager and kube-scheduler\n" +
-			"  eppkit tools build gie --only crds     # only extract the InferencePool/InferenceObjective CRDs",
+			"  eppkit tools build gie --only crds     # only extract the InferencePool/InferenceObjective CRDs\n" +
+			"  eppkit tools build llmd-router         # llm-d-router v0.10.0 from ../shared/thirdparty",
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if repoRoot == "" {
@@ -82,6 +95,9 @@ func newToolsBuildCommand() *cobra.Command {
 					}
 					fmt.Fprintf(cmd.OutOrStdout(), "%s %s: %s (%s)\n", name, r.Artifact, r.Path, how)
 				}
+				if errors.Is(err, toolcache.ErrSnapshotMissing) {
+					return &exitError{code: exitSnapshotMissing, err: err}
+				}
 				if err != nil {
 					return err
 				}
@@ -103,7 +119,7 @@ func newToolsPathCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:     "path <name> <artifact>",
 		Short:   "Print the cached path of a tool's artifact; fails if it is not built",
-		Example: "  eppkit tools path k8s kube-apiserver\n  eppkit tools path gie epp",
+		Example: "  eppkit tools path k8s kube-apiserver\n  eppkit tools path gie epp\n  eppkit tools path llmd-router epp",
 		Args:    cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, err := toolcache.Path(args[0], args[1])
@@ -124,7 +140,7 @@ func newToolsListCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			for _, n := range toolcache.Names() {
 				t := toolcache.Tools[n]
-				fmt.Fprintf(cmd.OutOrStdout(), "%s %s (%s)\n", n, t.Version, t.Dir())
+				fmt.Fprintf(cmd.OutOrStdout(), "%s %s (%s)\n", n, t.Version, t.Source())
 				for _, a := range t.Artifacts {
 					p, err := toolcache.Path(n, a.Name)
 					state := p

@@ -31,6 +31,12 @@ const (
 	// KindNodeImage is the kind node image: the tool module's main package (the assembler)
 	// builds it into the container engine; the artifact file is its stamp (NodeImageStamp).
 	KindNodeImage
+	// KindSnapshotSource is a snapshot tool's extracted source tree (SourceArtifact): the
+	// tarball of Tool.Snapshot, verified against its .sha256 and extracted (snapshot.go).
+	KindSnapshotSource
+	// KindSnapshotFiles copies the files of the extracted source tree that match Files (globs
+	// relative to the tree) into the artifact directory: llm-d-router's shipped configs and CRDs.
+	KindSnapshotFiles
 )
 
 // Artifact is one cached output of a tool: a binary or a directory of extracted files.
@@ -53,7 +59,8 @@ type Artifact struct {
 	VersionTrimV bool
 	// Tags are go build -tags.
 	Tags []string
-	// Module, ModuleVersion and Files (paths inside the module) describe a KindCRDs artifact.
+	// Module, ModuleVersion and Files (paths inside the module) describe a KindCRDs artifact;
+	// a KindSnapshotFiles artifact has Files only (globs inside the source tree).
 	Module, ModuleVersion string
 	Files                 []string
 	// Optional artifacts are built only when asked for (--all or by name).
@@ -66,10 +73,22 @@ type Tool struct {
 	// Description says what is built from which upstream module versions.
 	Description string
 	Artifacts   []Artifact
+	// Snapshot, when set, is the source tarball the tool is built from instead of a module
+	// under tools/ (snapshot.go): its binaries are built inside the extracted tree.
+	Snapshot *Snapshot
 }
 
-// Dir is the tool's module directory relative to the repository root, e.g. "tools/k8s-v1.37.2".
+// Dir is the tool's module directory relative to the repository root, e.g. "tools/k8s-v1.37.2"
+// (none for a Snapshot tool: Source says where it comes from).
 func (t Tool) Dir() string { return filepath.Join("tools", t.Name+"-"+t.Version) }
+
+// Source says where the tool is built from: its module directory, or its source snapshot.
+func (t Tool) Source() string {
+	if t.Snapshot != nil {
+		return "snapshot " + t.Snapshot.File + " in $" + ThirdPartyEnv + " or ../shared/thirdparty"
+	}
+	return t.Dir()
+}
 
 // Artifact returns the named artifact of t.
 func (t Tool) Artifact(name string) (Artifact, bool) {
@@ -183,6 +202,41 @@ var Tools = map[string]Tool{
 			{Name: "lwepp", Package: GIEModule + "/cmd/lwepp", LDFlags: "-s -w"},
 		},
 	},
+	// lwepp v1.6.2: v1.6.0's with its ext_proc body answers fixed for FULL_DUPLEX_STREAMED
+	// (streamed_response body mutations, GIE #3028; body chunks held back until the deferred
+	// request_headers response, GIE #3033), for `make interop-lwepp-v1.6.2`.
+	GIE162Tool: {
+		Name: "gie", Version: GIE162Version,
+		Description: "the upstream lightweight endpoint picker (cmd/lwepp, round-robin, no body parsing) of " +
+			GIEModule + " " + GIE162Version,
+		Artifacts: []Artifact{
+			{Name: "lwepp", Package: GIEModule + "/cmd/lwepp", LDFlags: "-s -w"},
+		},
+	},
+	// llm-d-router v0.10.0, llm-d's endpoint picker since GIE v1.6.0 moved its EPP there. The
+	// module proxy refuses github.com/llm-d/llm-d-router at every tag, so it is built from the
+	// source snapshot in ../shared/thirdparty (its README; $EPPKIT_THIRDPARTY_DIR overrides the
+	// directory): the tarball is checked against its .sha256 before it is extracted into the
+	// cache (src/), and ./cmd/epp is built there without cgo, as its Dockerfile.epp does, with
+	// the version variables that Dockerfile sets. Its shipped EndpointPickerConfigs
+	// (deploy/config) and llm-d.ai CRDs (config/crd/bases) are extracted beside it.
+	LLMDRouterTool: {
+		Name: LLMDRouterTool, Version: LLMDRouterVersion,
+		Description: "llm-d's endpoint picker (cmd/epp) of " + LLMDRouterModule + " " + LLMDRouterVersion +
+			", built from the source snapshot " + LLMDRouterSnapshot + " (not served by the module proxy), with its shipped configs and CRDs",
+		Snapshot: &Snapshot{
+			File: LLMDRouterSnapshot, Prefix: "llm-d-router-" + LLMDRouterVersion + "/",
+			Module: LLMDRouterModule, Commit: LLMDRouterCommit,
+		},
+		Artifacts: []Artifact{
+			{Name: SourceArtifact, Kind: KindSnapshotSource},
+			{Name: LLMDRouterBinary, Package: "./cmd/epp", Env: []string{"CGO_ENABLED=0"},
+				LDFlags: "-s -w -X " + LLMDRouterModule + "/version.CommitSHA=" + LLMDRouterCommit +
+					" -X " + LLMDRouterModule + "/version.BuildRef=" + LLMDRouterVersion},
+			{Name: LLMDConfigsArtifact, Kind: KindSnapshotFiles, Files: []string{"deploy/config/*.yaml"}},
+			{Name: CRDsArtifact, Kind: KindSnapshotFiles, Files: []string{"config/crd/bases/*.yaml"}},
+		},
+	},
 	// llm-d-inference-sim, the vLLM simulator of the llm-d project: the model servers of the
 	// `make interop-sim` run (conformance/simfleet starts one per network namespace). It has no cgo
 	// of its own; its tokenizer calls huggingface.co only for a model name that exists there,
@@ -211,6 +265,25 @@ var Tools = map[string]Tool{
 		},
 	},
 }
+
+// LLMDRouterTool is the Tools key of llm-d-router (llm-d's EPP since GIE v1.6.0), built from
+// the source snapshot LLMDRouterSnapshot (the module proxy refuses the module at every tag);
+// cache llmd-router-v0.10.0/.
+const (
+	LLMDRouterTool     = "llmd-router"
+	LLMDRouterModule   = "github.com/llm-d/llm-d-router"
+	LLMDRouterVersion  = "v0.10.0"
+	LLMDRouterCommit   = "71f4f0999f95b96c49a9d0c4afbd18dfdb943c26"
+	LLMDRouterSnapshot = "llm-d-router-" + LLMDRouterVersion + ".tar.gz"
+	LLMDRouterBinary   = "epp"
+)
+
+// GIE162Tool is the Tools key of the GIE v1.6.2 build (cmd/lwepp with the FULL_DUPLEX_STREAMED
+// fixes, GIE #3028 and #3033), and GIE162Version its version.
+const (
+	GIE162Tool    = "gie-v1.6.2"
+	GIE162Version = "v1.6.2"
+)
 
 // LLMDTool is the Tools key of llm-d's EPP (module tools/llmd-v0.7.1, cache llmd-v0.7.1/),
 // LLMDModule and LLMDVersion the pinned upstream module, LLMDBinary its binary.
@@ -317,7 +390,15 @@ func cached(a Artifact, p string) bool {
 	if _, err := os.Stat(p); err != nil {
 		return false
 	}
-	if a.Kind != KindCRDs {
+	switch a.Kind {
+	case KindSnapshotSource:
+		_, err := os.Stat(filepath.Join(filepath.Dir(p), sourceStamp))
+		return err == nil
+	case KindSnapshotFiles:
+		entries, err := os.ReadDir(p)
+		return err == nil && len(entries) > 0
+	case KindCRDs:
+	default:
 		return true
 	}
 	for _, f := range a.Files {
@@ -330,7 +411,7 @@ func cached(a Artifact, p string) bool {
 
 func kindWord(a Artifact) string {
 	switch a.Kind {
-	case KindCRDs:
+	case KindCRDs, KindSnapshotSource, KindSnapshotFiles:
 		return "directory"
 	case KindNodeImage:
 		return "image stamp"
@@ -399,10 +480,6 @@ func Build(ctx context.Context, tool string, opts BuildOptions) ([]Result, error
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("tools cache: %w", err)
 	}
-	modDir := filepath.Join(opts.RepoRoot, t.Dir())
-	if _, err := os.Stat(filepath.Join(modDir, "go.mod")); err != nil {
-		return nil, fmt.Errorf("tool %s: module %s not found (is --repo-root the eppkit checkout?): %w", t.Name, modDir, err)
-	}
 	logw := opts.Log
 	if logw == nil {
 		logw = io.Discard
@@ -410,6 +487,13 @@ func Build(ctx context.Context, tool string, opts BuildOptions) ([]Result, error
 	goCmd := opts.GoCommand
 	if goCmd == "" {
 		goCmd = "go"
+	}
+	if t.Snapshot != nil {
+		return buildSnapshotTool(ctx, t, sel, dir, goCmd, opts, logw)
+	}
+	modDir := filepath.Join(opts.RepoRoot, t.Dir())
+	if _, err := os.Stat(filepath.Join(modDir, "go.mod")); err != nil {
+		return nil, fmt.Errorf("tool %s: module %s not found (is --repo-root the eppkit checkout?): %w", t.Name, modDir, err)
 	}
 	// The control plane (the k8s tool's default artifacts, no --only or --all) comes from
 	// KUBEBUILDER_ASSETS when that holds a supported kube-apiserver and etcd (EnvtestAssets).

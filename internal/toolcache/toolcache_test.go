@@ -70,7 +70,7 @@ func TestCacheRootAndPath(t *testing.T) {
 		t.Fatalf("Path = %q, %v; want %q", got, err, want)
 	}
 	for _, tc := range []struct{ tool, artifact, wantErr string }{
-		{"nope", "x", `unknown tool "nope" (have gie, gie-v1.6.0, k8s, kind-node, llmd, sim)`},
+		{"nope", "x", `unknown tool "nope" (have gie, gie-v1.6.0, gie-v1.6.2, k8s, kind-node, llmd, llmd-router, sim)`},
 		{"k8s", "cloud-controller-manager", `tool k8s has no artifact "cloud-controller-manager"`},
 		{"gie-v1.6.0", "epp", `tool gie-v1.6.0 has no artifact "epp"`},
 	} {
