@@ -61,8 +61,8 @@ conformance: build
 ## tools: build every pinned upstream binary of tools/ that the tests and .ci/run use into
 # ${XDG_CACHE_HOME:-~/.cache}/eppkit/ (see docs/tools.md): kube-apiserver and etcd v1.37.2 (with
 # --all also the kind node image's control-plane and node binaries), the GIE v1.5.0 CRDs and
-# upstream EPP, GIE v1.6.0's and v1.6.2's lwepp, llm-d-inference-sim v0.10.2,
-# llm-d-inference-scheduler v0.7.1 and llm-d-router v0.10.0 (from the source snapshot in
+# upstream EPP, GIE v1.6.0's and v1.6.2's lwepp, llm-d-inference-sim v0.10.2 and llm-d-router
+# v0.10.0 (from the source snapshot in
 # ../shared/thirdparty, or $$EPPKIT_THIRDPARTY_DIR: SKIPPED with a message when it is missing).
 # Cached by version: a second run only prints the paths. A cold build takes about an hour
 # on an idle 2-core machine (the simulator about 40 minutes of it); TOOLS_FLAGS=--p=1 lowers peak
@@ -75,7 +75,6 @@ tools: build
 	./bin/eppkit tools build gie-v1.6.0 $(TOOLS_FLAGS)
 	./bin/eppkit tools build gie-v1.6.2 $(TOOLS_FLAGS)
 	./bin/eppkit tools build sim $(TOOLS_FLAGS)
-	./bin/eppkit tools build llmd $(TOOLS_FLAGS)
 	@$(LLMD_ROUTER_BUILD)
 
 # LLMD_ROUTER_BUILD builds llm-d-router v0.10.0 from its source snapshot (a no-op once cached). When
@@ -97,7 +96,12 @@ tools-llmd-router: build
 # --expect-failures reports/interop/expected-failures/<run>.txt, so the target exits 0 when every
 # run failed exactly its explained tests, 1 when a result changed and 2 on a harness error.
 # The upstream binaries are built once per machine (tools/gie-v1.5.0, tools/gie-v1.6.0, tools/gie-v1.6.2,
-# tools/llmd-v0.7.1, and llm-d-router from ../shared/thirdparty; docs/tools.md).
+# and llm-d-router from ../shared/thirdparty; docs/tools.md). Older peers stay only where they show
+# what the newer ones do not (issue 30): upstream v1.5.0's crash on a malformed usage block, its
+# predicted-latency plugins against eppkit predictor, its prefix scores in process; lwepp v1.6.0's
+# FULL_DUPLEX_STREAMED bug beside v1.6.2's fix. llm-d-inference-scheduler v0.7.1 (llm-d's EPP before
+# it moved to llm-d-router) and upstream v1.5.0's default, TLS and LoRA runs were retired: llm-d-router
+# v0.10.0 shows everything they showed.
 # To add a run: a sub-target calling $(call interop_run,<run>,<command template>,<flags>), its
 # expected-failures file, a README section, and its name in INTEROP_RUNS. Arguments containing
 # commas go through variables (make splits $(call) arguments on commas).
@@ -106,12 +110,10 @@ INTEROP_EXPECT   := reports/interop/expected-failures
 INTEROP_FEATURES ?= OpenAIRequestParsing,PrefixCacheAffinity,QueueAwareness,KVCacheAwareness,LoRAAffinity,SubsetHintIPMatching
 INTEROP_FLAGS    ?=
 INTEROP_FLAGS_PREDICTOR ?=
-INTEROP_RUNS     := interop-upstream-epp-v1.5.0 interop-upstream-epp-v1.5.0-tls interop-upstream-epp-v1.5.0-lora \
-	interop-upstream-epp-v1.5.0-usage-crash interop-lwepp-v1.6.0 interop-predictor-parity interop-score-parity interop-sim \
-	interop-llmd-scheduler-v0.7.1 interop-llmd-scheduler-v0.7.1-usage-crash interop-llmd-scheduler-v0.7.1-lora \
-	interop-llmd-scheduler-v0.7.1-sample-config interop-llmd-prefix-scores interop-lwepp-v1.6.2 \
-	interop-llmd-router-v0.10.0 interop-llmd-router-v0.10.0-lora interop-llmd-router-v0.10.0-static \
-	interop-llmd-router-v0.10.0-optimized-baseline
+INTEROP_RUNS     := interop-llmd-router-v0.10.0 interop-llmd-router-v0.10.0-tls interop-llmd-router-v0.10.0-lora \
+	interop-llmd-router-v0.10.0-static interop-llmd-router-v0.10.0-optimized-baseline \
+	interop-lwepp-v1.6.2 interop-lwepp-v1.6.0 interop-upstream-epp-v1.5.0-usage-crash interop-predictor-parity \
+	interop-score-parity interop-sim
 GIE_URL          := https://github.com/kubernetes-sigs/gateway-api-inference-extension
 GIE_IMPL         := --organization kubernetes-sigs --url $(GIE_URL) --contact $(GIE_URL)/issues
 # The upstream EPP v1.5.0 reads its kubeconfig from $$KUBECONFIG (controller-runtime's GetConfig;
@@ -127,34 +129,16 @@ LWEPP            := KUBECONFIG={{.Kubeconfig}} exec $$(./bin/eppkit tools path g
 LWEPP_162        := KUBECONFIG={{.Kubeconfig}} exec $$(./bin/eppkit tools path gie-v1.6.2 lwepp) --pool-name {{.PoolName}} \
 	--pool-namespace {{.PoolNamespace}} --secure-serving=false --health-checking --grpc-port {{.GRPCPort}} \
 	--grpc-health-port {{.HealthPort}} --metrics-port {{.MetricsPort}}
-# OpenAIResponseUsageRobust runs apart (it crashes v1.5.0 and llm-d's EPP: the -usage-crash runs);
-# ReferenceDuplicateRequestIDIsolated is left out because its result against them is a race: both
-# key plugin state by x-request-id (GIE #1489), which the test caught in 1 of 3 runs against v1.5.0
-# and 0 of 2 against llm-d (reports/interop/README.md).
-UPSTREAM_SKIP    := OpenAIResponseUsageRobust,ReferenceDuplicateRequestIDIsolated
-# llm-d's EPP (llm-d-inference-scheduler v0.7.1: GIE v1.4.0's runner, so v1.5.0's flags and
-# $$KUBECONFIG). It always creates an OTLP trace exporter to localhost:4317 and samples 10% of
-# requests (pkg/telemetry/tracing.go, InitTracing); OTEL_TRACES_SAMPLER_ARG=0 samples none, so it
-# sends nothing to whatever another process serves on that port.
-LLMD_EPP         := KUBECONFIG={{.Kubeconfig}} OTEL_TRACES_SAMPLER_ARG=0 exec $$(./bin/eppkit tools path llmd epp) \
-	--pool-name {{.PoolName}} --pool-namespace {{.PoolNamespace}} --secure-serving=false --metrics-endpoint-auth=false \
-	--tracing=false --grpc-port {{.GRPCPort}} --grpc-health-port {{.HealthPort}} --metrics-port {{.MetricsPort}}
-LLMD_URL         := https://github.com/llm-d/llm-d-inference-scheduler
-LLMD_IMPL        := --organization llm-d --url $(LLMD_URL) --contact $(LLMD_URL)/issues
-LLMD_VERSION     := --project llm-d-inference-scheduler --version v0.7.1
-# llm-d's sample config (deploy/config/epp-config.yaml: decode-filter, prefix-cache-scorer,
-# max-score-picker) scores prefix only, so only the features it scores are claimed.
-LLMD_SAMPLE_FEATURES := OpenAIRequestParsing,PrefixCacheAffinity
-
 # llm-d-router v0.10.0's EPP (built from ../shared/thirdparty, tools: llmd-router). Flags:
 # pkg/epp/server/options.go of its source; kubeconfig from $$KUBECONFIG (controller-runtime's
 # GetConfig in cmd/epp/runner/runner.go, Run). --tracing=false skips InitTracing
 # (pkg/common/observability/tracing/telemetry.go), the only place that sets up an OTLP exporter
 # (default endpoint localhost:4317); --drain-timeout=0s stops it at once on SIGTERM instead of
 # serving 30 s more.
-LLMD_ROUTER_EPP  := KUBECONFIG={{.Kubeconfig}} exec $$(./bin/eppkit tools path llmd-router epp) \
-	--pool-name {{.PoolName}} --pool-namespace {{.PoolNamespace}} --secure-serving=false --metrics-endpoint-auth=false \
+LLMD_ROUTER_EPP_TLS := KUBECONFIG={{.Kubeconfig}} exec $$(./bin/eppkit tools path llmd-router epp) \
+	--pool-name {{.PoolName}} --pool-namespace {{.PoolNamespace}} --metrics-endpoint-auth=false \
 	--tracing=false --drain-timeout=0s --grpc-port {{.GRPCPort}} --grpc-health-port {{.HealthPort}} --metrics-port {{.MetricsPort}}
+LLMD_ROUTER_EPP  := $(LLMD_ROUTER_EPP_TLS) --secure-serving=false
 LLMD_ROUTER_URL  := https://github.com/llm-d/llm-d-router
 LLMD_ROUTER_IMPL := --organization llm-d --url $(LLMD_ROUTER_URL) --contact $(LLMD_ROUTER_URL)/issues
 LLMD_ROUTER_VERSION := --project llm-d-router --version v0.10.0
@@ -245,28 +229,7 @@ interop-tools: build
 	./bin/eppkit tools build gie
 	./bin/eppkit tools build gie-v1.6.0
 	./bin/eppkit tools build gie-v1.6.2
-	./bin/eppkit tools build llmd
 	@$(LLMD_ROUTER_BUILD)
-
-# (1) the upstream EPP v1.5.0 with its default config, plaintext. OpenAIResponseUsageRobust runs
-# on its own (usage-crash): a malformed usage block crashes this EPP, which would fail every later test.
-interop-upstream-epp-v1.5.0: interop-tools
-	$(call interop_run,upstream-epp-v1.5.0,$(UPSTREAM_EPP) --secure-serving=false,--project gateway-api-inference-extension \
-		--version v1.5.0 --profiles all --supported-features $(INTEROP_FEATURES) --skip-tests $(UPSTREAM_SKIP))
-
-# (2) the same with TLS on: its default --secure-serving=true with a self-signed certificate
-# (--target-tls insecure); its gRPC health port stays plaintext (cmd/epp/runner/runner.go).
-interop-upstream-epp-v1.5.0-tls: interop-tools
-	$(call interop_run,upstream-epp-v1.5.0-tls,$(UPSTREAM_EPP),--project gateway-api-inference-extension \
-		--version v1.5.0 --profiles all --supported-features $(INTEROP_FEATURES) --skip-tests $(UPSTREAM_SKIP) \
-		--target-tls insecure --target-health-tls plaintext)
-
-# (1b) LoRAAffinity with the config that enables lora-affinity-scorer (the reference's
-# manifests/epp-configs/lora-affinity.yaml, which v1.5.0 parses as is): the test passes.
-interop-upstream-epp-v1.5.0-lora: interop-tools
-	$(call interop_run,upstream-epp-v1.5.0-lora,$(UPSTREAM_EPP) --secure-serving=false --config-file {{.ConfigFile}},\
-		--project gateway-api-inference-extension --version v1.5.0 --config-file manifests/epp-configs/lora-affinity.yaml \
-		--profiles EPP-Routing --supported-features LoRAAffinity --run-test LoRAAffinity)
 
 # (1c) OpenAIResponseUsageRobust alone: v1.5.0 panics on a JSON response whose usage is not an object.
 interop-upstream-epp-v1.5.0-usage-crash: interop-tools
@@ -292,6 +255,14 @@ interop-llmd-router-v0.10.0: interop-tools
 	$(LLMD_ROUTER_BUILD); \
 	$(call interop_run,llmd-router-v0.10.0,$(LLMD_ROUTER_EPP),$(LLMD_ROUTER_VERSION) --profiles all \
 		--supported-features $(INTEROP_FEATURES) --skip-tests $(LLMD_ROUTER_SKIP),$(LLMD_ROUTER_IMPL))
+
+# (6t) The same with TLS on: its default --secure-serving=true, a self-signed certificate
+# (pkg/epp/server/runserver.go; --target-tls insecure); its gRPC health port stays plaintext.
+interop-llmd-router-v0.10.0-tls: interop-tools
+	$(LLMD_ROUTER_BUILD); \
+	$(call interop_run,llmd-router-v0.10.0-tls,$(LLMD_ROUTER_EPP_TLS),$(LLMD_ROUTER_VERSION) --profiles all \
+		--supported-features $(INTEROP_FEATURES) --skip-tests $(LLMD_ROUTER_SKIP) --target-tls insecure \
+		--target-health-tls plaintext,$(LLMD_ROUTER_IMPL))
 
 # (6a) LoRAAffinity with lora-affinity-scorer enabled (manifests/epp-configs/lora-affinity.yaml).
 interop-llmd-router-v0.10.0-lora: interop-tools
@@ -335,31 +306,6 @@ interop-llmd-router-v0.10.0-flow-control: interop-tools
 		--config-file $$(./bin/eppkit tools path llmd-router configs)/soft-reflective-ceiling-epp-config.yaml --profiles all \
 		--supported-features $(INTEROP_FEATURES) --skip-tests $(LLMD_ROUTER_SKIP),$(LLMD_ROUTER_IMPL))
 
-# (5) llm-d's EPP (llm-d-inference-scheduler v0.7.1, tools/llmd-v0.7.1) with its default config
-# (GIE v1.4.0's: queue, kv-cache-utilization and prefix scorers). Like v1.5.0 it panics on a
-# malformed usage block, so OpenAIResponseUsageRobust runs on its own (5b).
-interop-llmd-scheduler-v0.7.1: interop-tools
-	$(call interop_run,llmd-scheduler-v0.7.1,$(LLMD_EPP),$(LLMD_VERSION) --profiles all \
-		--supported-features $(INTEROP_FEATURES) --skip-tests $(UPSTREAM_SKIP),$(LLMD_IMPL))
-
-# (5b) OpenAIResponseUsageRobust alone against llm-d's EPP.
-interop-llmd-scheduler-v0.7.1-usage-crash: interop-tools
-	$(call interop_run,llmd-scheduler-v0.7.1-usage-crash,$(LLMD_EPP),$(LLMD_VERSION) --profiles EPP-Routing \
-		--supported-features OpenAIRequestParsing --run-test OpenAIResponseUsageRobust,$(LLMD_IMPL))
-
-# (5c) LoRAAffinity with lora-affinity-scorer enabled (manifests/epp-configs/lora-affinity.yaml).
-interop-llmd-scheduler-v0.7.1-lora: interop-tools
-	$(call interop_run,llmd-scheduler-v0.7.1-lora,$(LLMD_EPP) --config-file {{.ConfigFile}},$(LLMD_VERSION) \
-		--config-file manifests/epp-configs/lora-affinity.yaml --profiles EPP-Routing --supported-features LoRAAffinity \
-		--run-test LoRAAffinity,$(LLMD_IMPL))
-
-# (5d) llm-d's own sample config, read from the module zip (`eppkit tools build llmd` extracts
-# deploy/config/epp-config.yaml into the tools cache), claiming only what it scores.
-interop-llmd-scheduler-v0.7.1-sample-config: interop-tools
-	$(call interop_run,llmd-scheduler-v0.7.1-sample-config,$(LLMD_EPP) --config-file {{.ConfigFile}},$(LLMD_VERSION) \
-		--config-file $$(./bin/eppkit tools path llmd configs)/epp-config.yaml --profiles all \
-		--supported-features $(LLMD_SAMPLE_FEATURES) --skip-tests $(UPSTREAM_SKIP),$(LLMD_IMPL))
-
 # (4) predictor parity: the upstream EPP v1.5.0 with its predicted-latency plugins
 # (manifests/epp-configs/upstream-v1.5.0-predicted-latency.yaml) and PREDICTION_SERVER_URL /
 # TRAINING_SERVER_URL pointing at `eppkit predictor` gets predictions from the trained model.
@@ -397,48 +343,9 @@ interop-sim: build
 interop-score-parity:
 	cd tools/gie-v1.5.0/score-parity && go run . -seed=$(or $(SEED),$(EPPKIT_SEED),0)
 
-## interop-llmd-prefix-scores: llm-d's prefix plugin (GIE v1.4.0's prefix-cache-scorer, what
-# llm-d-inference-scheduler v0.7.1 runs) against upstream v1.5.0's producer + scorer, score by score:
-# tools/gie-v1.5.0/score-parity records a seeded equivalence workload with v1.5.0's results
-# (-record, one per shape: 0 = the default parameters, 2 = a configured lruCapacityPerServer of 20),
-# tools/llmd-v0.7.1/prefix-replay replays it on v1.4.0 (reports/interop/README.md). Exits 1 on a
-# difference other than D1 (v1.4.0 honours lruCapacityPerServer; v1.5.0 ignores it). A random seed
-# each run (printed); SEED=n (or EPPKIT_SEED=n) fixes it. Built without cgo like the llm-d EPP, so
-# the replay reuses its compiled packages.
-LLMD_PREFIX_SHAPES ?= 0 2
-.PHONY: interop-llmd-prefix-scores
-interop-llmd-prefix-scores:
-	@mkdir -p out/interop/llmd-prefix-scores
-	@seed=$(or $(SEED),$(EPPKIT_SEED),$$(date +%s%N)); echo "interop-llmd-prefix-scores: seed=$$seed (repro: make interop-llmd-prefix-scores SEED=$$seed)"; \
-	for sh in $(LLMD_PREFIX_SHAPES); do \
-		trace=$(CURDIR)/out/interop/llmd-prefix-scores/shape$$sh.jsonl; \
-		(cd tools/gie-v1.5.0/score-parity && GOWORK=off go run . -seed=$$seed -runs=1 -bench=false -record $$trace -record-shape $$sh) || exit $$?; \
-		(cd tools/llmd-v0.7.1 && GOWORK=off CGO_ENABLED=0 go run -trimpath ./prefix-replay -trace $$trace) || exit $$?; \
-	done
-
-## interop-llmd-router-probe: llm-d's EPP moved to github.com/llm-d/llm-d-router (GIE v1.6.0 points
-# there); the module proxy refused every tag of that module path when the llm-d runs were added
-# (issue 21), so it cannot be built from a fresh clone. This asks the proxy for each known tag
-# (git tags of llm-d/llm-d-router whose go.mod names that path) and prints whether it is served now;
-# once one is, it can become a tools module and interop runs like tools/llmd-v0.7.1. Always exits 0.
-LLMD_ROUTER_MODULE := github.com/llm-d/llm-d-router
-LLMD_ROUTER_TAGS   ?= v0.9.0-rc.1 v0.9.0-rc.2 v0.9.0 v0.10.0-rc.1 v0.10.0
-.PHONY: interop-llmd-router-probe
-interop-llmd-router-probe:
-	@tmp=$$(mktemp -d -t eppkit-llmd-router-probe.XXXXXX); served=""; \
-	for v in $(LLMD_ROUTER_TAGS); do \
-		if out=$$(cd $$tmp && GOWORK=off GOFLAGS= go mod download -json $(LLMD_ROUTER_MODULE)@$$v 2>&1); then \
-			echo "$(LLMD_ROUTER_MODULE)@$$v: SERVED by $$(go env GOPROXY)"; served="$$served $$v"; \
-		else \
-			echo "$(LLMD_ROUTER_MODULE)@$$v: refused: $$(printf '%s' "$$out" | sed -n 's/.*"Error": "\(.*\)".*/\1/p' | sed -e 's/^.*\.info: //' -e 's/\\n\\t/ /g' | head -1)"; \
-		fi; \
-	done; rmdir $$tmp; \
-	if [ -n "$$served" ]; then echo "interop-llmd-router-probe: served now:$$served — llm-d-router can get a tools module and interop runs (see tools/llmd-v0.7.1)"; \
-	else echo "interop-llmd-router-probe: no tag of $(LLMD_ROUTER_MODULE) is served yet"; fi
-
-## conformance-upstream: the upstream EPP v1.5.0 run of make interop alone (reports in
-# reports/interop/upstream-epp-v1.5.0/); exits 0 when it fails exactly its explained tests.
-conformance-upstream: interop-upstream-epp-v1.5.0
+## conformance-upstream: the llm-d-router v0.10.0 run of make interop alone (reports in
+# reports/interop/llmd-router-v0.10.0/); exits 0 when it fails exactly its explained tests.
+conformance-upstream: interop-llmd-router-v0.10.0
 
 ## e2e: the cluster end-to-end suite (suites/e2e) on PROVIDER (default kind). kind checks the
 # engine (hack/container-engine.sh --check: exit 2 with its message when there is none), builds
@@ -487,20 +394,29 @@ catalogue:
 ## mutants: the mutant matrix (reports/mutants.md; selfcheck/mutant/matrix). bin/eppkit-mutants is built
 # with the tag eppkit_mutants (the normal build cannot select a mutant). After a baseline per lane,
 # every protocol mutant runs the whole registry behind the mutant interceptor (selfcheck/mutant/interceptor) in
-# front of the reference AND of the upstream EPP v1.5.0 (judged on the tests it passes on its own
-# baseline, with the interop run's features and RequestShedding, which v1.5.0 passes); every other black-box mutant runs it against the
+# front of the reference AND of llm-d-router v0.10.0, the upstream EPP (judged on the tests it passes on its
+# own baseline, with the interop run's features and RequestShedding); every other black-box mutant runs it against the
 # reference with EPPKIT_MUTANT set (wrapper plugins, decorated sources, the hooks left in
 # reference/); every white-box mutant its suite. Exit 1 when a mutant escapes the test that targets
-# it. MUTANTS_FLAGS="--only kv-ignored" runs one; MUTANTS_UPSTREAM= leaves the upstream lane out.
-# Takes ~30 minutes on a loaded 2-core machine (the upstream lane about 10 of them).
+# it. MUTANTS_FLAGS="--only kv-ignored" runs one; MUTANTS_UPSTREAM= leaves the upstream lane out (so
+# does a missing llm-d-router source snapshot: the lane is reported SKIPPED).
 MUTANTS_FLAGS    ?=
-MUTANTS_UPSTREAM ?= $(UPSTREAM_EPP) --secure-serving=false
-MUTANTS_UPSTREAM_FLAGS = --upstream-name "upstream EPP v1.5.0" --upstream-command "$(MUTANTS_UPSTREAM)" \
-	--upstream-args "--supported-features $(INTEROP_FEATURES),RequestShedding --skip-tests $(UPSTREAM_SKIP)"
+MUTANTS_UPSTREAM ?= $(LLMD_ROUTER_EPP)
+MUTANTS_UPSTREAM_FLAGS = --upstream-name "llm-d-router v0.10.0" --upstream-command "$(MUTANTS_UPSTREAM)" \
+	--upstream-args "--supported-features $(INTEROP_FEATURES),RequestShedding --skip-tests $(LLMD_ROUTER_SKIP)"
 mutants: build
 	$(GO) build -tags eppkit_mutants -ldflags "-X github.com/eppkit/eppkit/internal/version.version=$(VERSION)" -o bin/eppkit-mutants ./cmd/eppkit
-	./bin/eppkit-mutants tools build k8s && ./bin/eppkit-mutants tools build gie || exit 2
-	./bin/eppkit-mutants mutants --output reports/mutants.md --log-dir out/mutants $(if $(MUTANTS_UPSTREAM),$(MUTANTS_UPSTREAM_FLAGS)) $(MUTANTS_FLAGS)
+	./bin/eppkit-mutants tools build k8s && ./bin/eppkit-mutants tools build gie --only crds || exit 2
+	@upstream='$(if $(MUTANTS_UPSTREAM),yes)'; \
+	if [ -n "$$upstream" ]; then rc=0; ./bin/eppkit-mutants tools build llmd-router || rc=$$?; \
+		if [ $$rc -eq 4 ]; then echo "mutants: SKIPPED: the llm-d-router lane (no source snapshot; docs/tools.md)"; upstream=; \
+		elif [ $$rc -ne 0 ]; then exit 2; fi; \
+	fi; \
+	if [ -n "$$upstream" ]; then \
+		./bin/eppkit-mutants mutants --output reports/mutants.md --log-dir out/mutants $(MUTANTS_UPSTREAM_FLAGS) $(MUTANTS_FLAGS); \
+	else \
+		./bin/eppkit-mutants mutants --output reports/mutants.md --log-dir out/mutants $(MUTANTS_FLAGS); \
+	fi
 
 ## flake-check: the whole conformance run FLAKE_RUNS (20) times against the reference, seed i per
 # run, over FLAKE_SOURCE (apiserver, as make conformance); zero failures allowed; per-test wall

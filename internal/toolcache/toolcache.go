@@ -248,22 +248,6 @@ var Tools = map[string]Tool{
 			{Name: SimBinary, Package: SimModule + "/cmd/llm-d-inference-sim", LDFlags: "-s -w"},
 		},
 	},
-	// llm-d's endpoint picker: GIE v1.4.0's EPP runner with llm-d's plugins registered, for the
-	// interop runs `make interop-llmd-scheduler-v0.7.1*`. tools/llmd-v0.7.1/go.mod lifts its
-	// llm-d-kv-cache dependency from v0.7.1 (refused by the module proxy) to v0.8.1. Built
-	// without cgo: nothing in its graph needs it (the pure-Go build the upstream Dockerfile.epp
-	// also does with CGO_ENABLED=0).
-	LLMDTool: {
-		Name: LLMDTool, Version: LLMDVersion,
-		Description: "llm-d's endpoint picker (cmd/epp) of " + LLMDModule + " " + LLMDVersion +
-			" (GIE v1.4.0 runner + llm-d plugins), with llm-d-kv-cache lifted to v0.8.1",
-		Artifacts: []Artifact{
-			{Name: LLMDBinary, Package: LLMDModule + "/cmd/epp", LDFlags: "-s -w", Env: []string{"CGO_ENABLED=0"}},
-			{Name: LLMDConfigsArtifact, Kind: KindCRDs, Module: LLMDModule, ModuleVersion: LLMDVersion, Files: []string{
-				"deploy/config/" + LLMDSampleConfig,
-			}},
-		},
-	},
 }
 
 // LLMDRouterTool is the Tools key of llm-d-router (llm-d's EPP since GIE v1.6.0), built from
@@ -285,19 +269,9 @@ const (
 	GIE162Version = "v1.6.2"
 )
 
-// LLMDTool is the Tools key of llm-d's EPP (module tools/llmd-v0.7.1, cache llmd-v0.7.1/),
-// LLMDModule and LLMDVersion the pinned upstream module, LLMDBinary its binary.
-const (
-	LLMDTool    = "llmd"
-	LLMDModule  = "github.com/llm-d/llm-d-inference-scheduler"
-	LLMDVersion = "v0.7.1"
-	LLMDBinary  = "epp"
-	// LLMDConfigsArtifact is the directory holding llm-d's sample config LLMDSampleConfig
-	// (deploy/config/epp-config.yaml of the module: decode-filter, prefix-cache-scorer,
-	// max-score-picker), which `make interop-llmd-scheduler-v0.7.1-sample-config` runs.
-	LLMDConfigsArtifact = "configs"
-	LLMDSampleConfig    = "epp-config.yaml"
-)
+// LLMDConfigsArtifact is the directory of llm-d-router's shipped EndpointPickerConfigs
+// (deploy/config/*.yaml of its source snapshot).
+const LLMDConfigsArtifact = "configs"
 
 // SimTool is the Tools key of llm-d-inference-sim (module tools/sim-v0.10.2, cache sim-v0.10.2/),
 // SimModule and SimVersion the pinned upstream module, SimBinary its one artifact.

@@ -70,7 +70,7 @@ func TestCacheRootAndPath(t *testing.T) {
 		t.Fatalf("Path = %q, %v; want %q", got, err, want)
 	}
 	for _, tc := range []struct{ tool, artifact, wantErr string }{
-		{"nope", "x", `unknown tool "nope" (have gie, gie-v1.6.0, gie-v1.6.2, k8s, kind-node, llmd, llmd-router, sim)`},
+		{"nope", "x", `unknown tool "nope" (have gie, gie-v1.6.0, gie-v1.6.2, k8s, kind-node, llmd-router, sim)`},
 		{"k8s", "cloud-controller-manager", `tool k8s has no artifact "cloud-controller-manager"`},
 		{"gie-v1.6.0", "epp", `tool gie-v1.6.0 has no artifact "epp"`},
 	} {
@@ -167,9 +167,10 @@ func TestSecondVersionOfOneModule(t *testing.T) {
 	}
 }
 
-// TestBuildPassesArtifactEnv: an artifact's Env reaches the go command (llm-d's EPP is built with
-// CGO_ENABLED=0), after the caller's environment so it wins, and GOWORK stays off. The go command
-// here is a script that writes its environment and arguments to the -o file.
+// TestBuildPassesArtifactEnv: an artifact's Env reaches the go command (CGO_ENABLED=0, as the
+// pure-Go builds of upstream EPPs need), after the caller's environment so it wins, and GOWORK
+// stays off. The go command here is a script that writes its environment and arguments to the -o
+// file; the tool is gie-v1.6.2's lwepp with an Env added for the test.
 func TestBuildPassesArtifactEnv(t *testing.T) {
 	cache := t.TempDir()
 	t.Setenv("EPPKIT_TOOLS_CACHE", cache)
@@ -178,17 +179,22 @@ func TestBuildPassesArtifactEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	orig := Tools[GIE162Tool]
+	withEnv := orig
+	withEnv.Artifacts = []Artifact{{Name: "lwepp", Package: GIEModule + "/cmd/lwepp", Env: []string{"CGO_ENABLED=0"}}}
+	Tools[GIE162Tool] = withEnv
+	t.Cleanup(func() { Tools[GIE162Tool] = orig })
 	fakeGo := filepath.Join(t.TempDir(), "go")
 	script := "#!/bin/sh\nout=\nwhile [ $# -gt 0 ]; do [ \"$1\" = -o ] && out=$2; shift; done\nenv > \"$out\"\necho \"pwd=$(pwd)\" >> \"$out\"\n"
 	if err := os.WriteFile(fakeGo, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	res, err := Build(t.Context(), LLMDTool, BuildOptions{RepoRoot: root, GoCommand: fakeGo, Only: []string{LLMDBinary}})
+	res, err := Build(t.Context(), GIE162Tool, BuildOptions{RepoRoot: root, GoCommand: fakeGo})
 	if err != nil {
-		t.Fatalf("Build llmd with a fake go: %v", err)
+		t.Fatalf("Build gie-v1.6.2 with a fake go: %v", err)
 	}
-	if len(res) != 1 || res[0].Path != filepath.Join(cache, "llmd-v0.7.1", LLMDBinary) {
-		t.Fatalf("results = %+v, want one artifact at llmd-v0.7.1/%s", res, LLMDBinary)
+	if len(res) != 1 || res[0].Path != filepath.Join(cache, "gie-v1.6.2", "lwepp") {
+		t.Fatalf("results = %+v, want one artifact at gie-v1.6.2/lwepp", res)
 	}
 	b, err := os.ReadFile(res[0].Path)
 	if err != nil {
@@ -201,38 +207,9 @@ func TestBuildPassesArtifactEnv(t *testing.T) {
 			last[k] = v
 		}
 	}
-	for k, want := range map[string]string{"CGO_ENABLED": "0", "GOWORK": "off", "pwd": filepath.Join(root, "tools", "llmd-v0.7.1")} {
+	for k, want := range map[string]string{"CGO_ENABLED": "0", "GOWORK": "off", "pwd": filepath.Join(root, "tools", "gie-v1.6.2")} {
 		if last[k] != want {
 			t.Errorf("go build saw %s=%q, want %q", k, last[k], want)
-		}
-	}
-}
-
-// TestBuildExtractsLLMDSampleConfig: llm-d's sample EndpointPickerConfig comes out of the pinned
-// module zip (go mod download inside tools/llmd-v0.7.1) as is.
-func TestBuildExtractsLLMDSampleConfig(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: needs the go command and the llm-d-inference-scheduler module")
-	}
-	t.Setenv("EPPKIT_TOOLS_CACHE", t.TempDir())
-	root, err := FindRepoRoot(".")
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := Build(t.Context(), LLMDTool, BuildOptions{RepoRoot: root, Only: []string{LLMDConfigsArtifact}})
-	if err != nil {
-		t.Fatalf("Build llmd configs: %v", err)
-	}
-	if len(res) != 1 || res[0].Skipped {
-		t.Fatalf("results = %+v, want one fresh extraction", res)
-	}
-	b, err := os.ReadFile(filepath.Join(res[0].Path, LLMDSampleConfig))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{"kind: EndpointPickerConfig", "type: decode-filter", "type: prefix-cache-scorer"} {
-		if !strings.Contains(string(b), want) {
-			t.Errorf("%s has no %q:\n%s", LLMDSampleConfig, want, b)
 		}
 	}
 }

@@ -8,7 +8,6 @@ go 1.26.0
 
 require (
 	github.com/eppkit/eppkit v0.0.0
-	github.com/eppkit/eppkit/tools/prefixtrace v0.0.0
 	k8s.io/apimachinery v0.37.2
 	k8s.io/utils v0.0.0-20261023123148-ca04ba58ecab
 	sigs.k8s.io/gateway-api-inference-extension v1.5.0
@@ -86,4 +85,3 @@ require (
 
 replace github.com/eppkit/eppkit => ../../..
 
-replace github.com/eppkit/eppkit/tools/prefixtrace => ../../prefixtrace

@@ -57,38 +57,16 @@ func main() {
 	runs := flag.Int("runs", 12, "number of workloads (shapes cycle through the list in shapes())")
 	requests := flag.Int("requests", 300, "requests per workload")
 	bench := flag.Bool("bench", true, "benchmark both producers on selfcheck/benchfixture")
-	record := flag.String("record", "", "write the first workload's trace (JSON lines, record.go) to this file; with -runs=1 -bench=false, what `make interop-llmd-prefix-scores` replays on GIE v1.4.0")
-	recordShape := flag.Int("record-shape", 0, "with -record: the shape (index into shapes()) of the recorded workload")
 	flag.Parse()
 	if *seed == 0 {
 		*seed = time.Now().UnixNano()
-	}
-	var rec *recorder
-	if *record != "" {
-		if *recordShape < 0 || *recordShape >= len(shapes()) {
-			fmt.Fprintf(os.Stderr, "score-parity: -record-shape %d: want 0..%d\n", *recordShape, len(shapes())-1)
-			os.Exit(2)
-		}
-		f, err := os.Create(*record)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "score-parity: -record: %v\n", err)
-			os.Exit(2)
-		}
-		rec = newRecorder(f)
 	}
 	fmt.Printf("score-parity: seed=%d (repro: make interop-score-parity SEED=%d, or cd tools/gie-v1.5.0/score-parity && go run . -seed=%d)\n", *seed, *seed, *seed)
 	var total counts
 	for r := 0; r < *runs; r++ {
 		sh := shapes()[r%len(shapes())]
 		s := *seed + int64(r)
-		var wrec *recorder
-		if r == 0 && rec != nil {
-			sh, wrec = shapes()[*recordShape], rec
-		}
-		c, err := runWorkload(s, sh, *requests, wrec)
-		if err == nil && wrec != nil {
-			err = wrec.err
-		}
+		c, err := runWorkload(s, sh, *requests)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "score-parity: run %d seed %d shape %+v: %v\n", r, s, sh, err)
 			os.Exit(2)
@@ -96,13 +74,6 @@ func main() {
 		fmt.Printf("run %2d seed=%d shape=%+v: %d scores compared, %d differ by D1, %d by D2 (%d of them cross-endpoint), %d unexplained mismatches; %d endpoints left the pool; SPEC hashing changes %d matches (%s)\n",
 			r, s, sh, c.Compared, c.D1, c.D2, c.D2Cross, c.Unexplained, c.Leaves, c.amendedTotal(), c.amendedString())
 		total.add(c)
-		if wrec != nil {
-			if err := rec.close(); err != nil {
-				fmt.Fprintf(os.Stderr, "score-parity: -record: %v\n", err)
-				os.Exit(2)
-			}
-			fmt.Printf("recorded run %d (seed %d, shape %d) to %s\n", r, s, *recordShape, *record)
-		}
 	}
 	fmt.Printf("score-parity: seed=%d: %d scores compared over %d workloads, %d equal, %d differ by D1 (upstream ignores lruCapacityPerServer), %d by D2 (upstream keeps blocks evicted within one request; %d of them on an endpoint holding no such block), %d unexplained mismatches; %d endpoints left the pool\n",
 		*seed, total.Compared, *runs, total.Compared-total.D1-total.D2-total.Unexplained, total.D1, total.D2, total.D2Cross, total.Unexplained, total.Leaves)
@@ -289,7 +260,7 @@ func upstreamWaitGroup(p uplugin.Plugin) *sync.WaitGroup {
 // stops, crediting other endpoints with the blocks they hold after it. A mismatch is counted as D2
 // only when d2Model, built from the D1 producer's index plus upstream's ghost entries (each of
 // which must come from an overflowing request), reproduces upstream's MatchBlocks exactly.
-func runWorkload(seed int64, sh shape, n int, rec *recorder) (counts, error) {
+func runWorkload(seed int64, sh shape, n int) (counts, error) {
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x5eed))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -299,7 +270,6 @@ func runWorkload(seed int64, sh shape, n int, rec *recorder) (counts, error) {
 	}
 	w := prefixworkload.New(rng, prefixworkload.Config{MaxBlocks: sh.MaxBlocks, PoolBlockSize: sh.PoolBlockSize, ValidUTF8: true})
 	w.InitialPool()
-	rec.config(seed, sh)
 	mds := map[string]*framework.EndpointMetadata{} // by Key(), every endpoint ever in the pool
 	names := map[string]string{}                    // by Key(): Name
 	remember := func() {
@@ -323,7 +293,6 @@ func runWorkload(seed int64, sh shape, n int, rec *recorder) (counts, error) {
 			p.eff.RemoveEndpoint(ev.Left)
 			md := mds[ev.Left]
 			uv.removePod(types.NamespacedName{Namespace: md.Namespace, Name: md.Name})
-			rec.leave(types.NamespacedName{Namespace: md.Namespace, Name: md.Name})
 		}
 		req, summary := w.Request(i)
 		eps := w.InPool()
@@ -406,9 +375,8 @@ func runWorkload(seed int64, sh shape, n int, rec *recorder) (counts, error) {
 			fmt.Printf("MISMATCH seed=%d %s endpoint=%s: eppkit %v (%d/%d) upstream %v (%d/%d); D1 model %d/%d; D2 model %d (%s)\n",
 				seed, summary, e.Metadata.Name, o, om, ot, u, um, ut, em, et, model.matches[e.Metadata.Name], model.why())
 		}
-		// Both pick the same random endpoint; both record it.
+		// Both pick the same random endpoint.
 		t := rng.IntN(len(eps))
-		rec.request(req, summary, ups, uscores, t)
 		if capacity := upstreamCapacity(sh, eps[t]); len(hashes) > capacity {
 			g := ghostable[eps[t].Metadata.Name]
 			if g == nil {
