@@ -129,7 +129,7 @@ func TestPlan(t *testing.T) {
 		}
 		lanes[r.mutant.Name] = append(lanes[r.mutant.Name], r.key())
 	}
-	wantBases := []string{"interceptor → reference (static)", "interceptor → upstream (apiserver)", "reference (apiserver)", "reference (static)",
+	wantBases := []string{"interceptor → reference (apiserver)", "interceptor → reference (static)", "interceptor → upstream (apiserver)", "reference (apiserver)", "reference (static)",
 		"suites/dag", "suites/equivalence", "suites/pluginstate"}
 	if !slices.Equal(bases, wantBases) {
 		t.Errorf("baselines %v, want %v", bases, wantBases)

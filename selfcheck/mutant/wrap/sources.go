@@ -70,9 +70,11 @@ var endpointMutants = map[mutant.Name]func(obj any, deleted bool) (any, bool){
 	},
 }
 
-// EndpointMutants lists the mutants PoolSource implements.
+// EndpointMutants lists the endpoint-source mutants Reference applies: those PoolSource implements
+// and ready-before-sync.
 func EndpointMutants() []mutant.Name {
 	out := make([]mutant.Name, 0, len(endpointMutants))
+	out = append(out, mutant.ReadyBeforeSync) // decorates the source's sync state, not its events
 	for n := range endpointMutants {
 		out = append(out, n)
 	}
