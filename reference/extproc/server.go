@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -66,6 +67,9 @@ type Server struct {
 	extprocv3.UnimplementedExternalProcessorServer
 	d      *director.Director
 	logger *slog.Logger
+	// refusing and inflight are the drain's view (drain.go): StopAdmitting, InFlight.
+	refusing atomic.Bool
+	inflight atomic.Int64
 }
 
 // NewServer returns a Server that schedules with d. logger nil means slog.Default().
@@ -222,6 +226,12 @@ func (st *stream) schedule() error {
 		res *director.Result
 		err error
 	)
+	if st.s.refusing.Load() {
+		// The EPP is draining and admits no new request (drain.go).
+		r.ended, r.body = true, nil
+		st.s.logger.Info("ext_proc: request refused: shutting down", "requestID", r.headers[director.HeaderRequestID])
+		return st.srv.Send(shuttingDownResponse())
+	}
 	if r.tooLarge {
 		err = errTooLarge
 	} else {
@@ -241,6 +251,7 @@ func (st *stream) schedule() error {
 		return st.srv.Send(immediateResponse(code, body, director.CodeFor(err), director.ReasonFor(err)))
 	}
 	r.res = res
+	st.s.inflight.Add(1) // until complete
 	dest := res.Destination()
 	set := []*corev3.HeaderValueOption{header(DestinationEndpointKey, dest)}
 	if res.Body != nil {
@@ -331,9 +342,12 @@ func (st *stream) responseBody(b *extprocv3.HttpBody) error {
 }
 
 func (st *stream) responseTrailers() error {
-	st.complete(true)
-	return st.srv.Send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{
+	err := st.srv.Send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{
 		ResponseTrailers: &extprocv3.TrailersResponse{}}})
+	// Answered first, then ended: a drain that waits for InFlight to reach 0 never cuts the
+	// last answer of a request.
+	st.complete(true)
+	return err
 }
 
 // complete ends the current request: ResponseComplete (with EndOfStream = eos) and EndRequest,
@@ -349,6 +363,7 @@ func (st *stream) complete(eos bool) {
 	if r.res == nil {
 		return
 	}
+	defer st.s.inflight.Add(-1)
 	if r.resp == nil {
 		served := r.served
 		if served == "" && len(r.res.Targets) > 0 {
