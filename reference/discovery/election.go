@@ -9,9 +9,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
 	ctrlleader "sigs.k8s.io/controller-runtime/pkg/leaderelection"
 	ctrlrecorder "sigs.k8s.io/controller-runtime/pkg/recorder"
 )
@@ -92,6 +94,9 @@ func NewLeaderElection(cfg ElectionConfig) (*LeaderElection, error) {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	} else {
+		// client-go's leader election logs through klog: into the EPP's JSON log, once.
+		klogOnce.Do(func() { klog.SetLogger(logr.FromSlogHandler(log.With("component", "leaderelection").Handler())) })
 	}
 	lock, err := ctrlleader.NewResourceLock(cfg.RestConfig, noEvents{}, ctrlleader.Options{
 		LeaderElection: true, LeaderElectionResourceLock: "leases",
@@ -167,6 +172,8 @@ func (le *LeaderElection) Identity() string { return le.identity }
 
 // Done is closed once Start's campaign has ended (after ctx ended and a held lease was released).
 func (le *LeaderElection) Done() <-chan struct{} { return le.done }
+
+var klogOnce sync.Once
 
 // noEvents is a recorder.Provider without recorders: the lock records no Events (client-go's
 // LeaseLock skips a nil recorder), so a replica needs no RBAC on events.
