@@ -389,10 +389,10 @@ func Reference(opts *eppserver.Options, pool *discovery.PoolConfig, dl datalayer
 	opts.ModelRewrites = ModelRewrites(opts.ModelRewrites, m)
 	switch m {
 	case mutant.FollowerServing:
-		if opts.Leader == nil {
-			return fmt.Errorf("mutant %s needs leader election (--ha-enable-leader-election)", m)
+		// Only replicas with leader election are broken (the run's own target has none).
+		if opts.Leader != nil {
+			opts.Leader = alwaysLeader{opts.Leader}
 		}
-		opts.Leader = alwaysLeader{opts.Leader}
 	case mutant.DrainDropsInFlight:
 		opts.DrainTimeout, opts.DrainHandover = time.Millisecond, 0
 	}
