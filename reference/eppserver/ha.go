@@ -5,7 +5,10 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/eppkit/eppkit/reference/extproc"
 )
 
 // DefaultDrainTimeout bounds a drain when Options.DrainTimeout is 0: llm-d-router v0.10.0's
@@ -129,3 +132,25 @@ func (s *Server) poke() {
 const MetricInFlight = "eppkit_epp_requests_in_flight"
 
 const inFlightHelp = "Requests this EPP scheduled whose response has not ended yet (completed, failed or abandoned)."
+
+// MetricResponses counts the scheduled requests by how their response ended [eppkit], label
+// outcome: completed (its natural end), aborted (trailers with a non-zero grpc-status: a failed
+// request, issue 33) or abandoned (the stream ended first). reference/extproc abort.go.
+const MetricResponses = "eppkit_epp_responses_total"
+
+// registerStreamMetrics registers the in-flight gauge and the response outcome counters.
+func (s *Server) registerStreamMetrics(reg prometheus.Registerer) error {
+	if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricInFlight, Help: inFlightHelp},
+		func() float64 { return float64(s.extproc.InFlight()) })); err != nil {
+		return err
+	}
+	for _, o := range []string{extproc.OutcomeCompleted, extproc.OutcomeAborted, extproc.OutcomeAbandoned} {
+		c := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: MetricResponses, ConstLabels: prometheus.Labels{"outcome": o},
+			Help: "Scheduled requests by how their response ended: completed, aborted (a non-zero grpc-status in its trailers) or abandoned."},
+			func() float64 { return float64(s.extproc.Outcomes()[o]) })
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -3,13 +3,18 @@ package eppserver_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -29,6 +34,7 @@ import (
 	"github.com/eppkit/eppkit/reference/eppserver"
 	"github.com/eppkit/eppkit/reference/extproc"
 	"github.com/eppkit/eppkit/reference/framework"
+	"github.com/eppkit/eppkit/reference/plugins"
 )
 
 // leader is a test Leader whose leadership the test sets (the real election, against a
@@ -401,4 +407,106 @@ func TestMetricsEndpointAuth(t *testing.T) {
 			t.Errorf("the authorised scrape lacks %s", eppserver.MetricInFlight)
 		}
 	}
+}
+
+// completions is a test ResponseComplete plugin that records how each response ended.
+type completions struct {
+	tn  framework.TypedName
+	mu  sync.Mutex
+	eos []bool
+}
+
+func (c *completions) TypedName() framework.TypedName { return c.tn }
+func (c *completions) Score(context.Context, *framework.CycleState, *framework.LLMRequest, []*framework.Endpoint) map[string]float64 {
+	return nil
+}
+func (c *completions) ResponseComplete(_ context.Context, _ *framework.LLMRequest, resp *framework.Response) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.eos = append(c.eos, resp.EndOfStream)
+}
+
+// TestAbortIsAFailedRequest: a response that ends with a non-zero grpc-status in its trailers (a
+// gRPC model server's abort), forwarded by the gateway stand-in as Envoy does, is a failed request
+// in the reference: its plugins see it ended without its natural end (no training sample, no
+// usage as a completed response's), it leaves the in-flight count, and it is counted aborted; the
+// same response with grpc-status 0 is completed.
+func TestAbortIsAFailedRequest(t *testing.T) {
+	var status atomic.Value
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Trailer", "Grpc-Status")
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"usage":{"prompt_tokens":3,"completion_tokens":5}}`))
+		w.Header().Set("Grpc-Status", status.Load().(string))
+	}))
+	defer up.Close()
+	host, port := splitHostPort(t, up.Listener.Addr().String())
+	src := &source{eps: []*framework.EndpointMetadata{{Address: host, Port: port}}}
+	src.synced.Store(true)
+	rec := &completions{}
+	reg := framework.NewRegistry()
+	plugins.RegisterAll(reg)
+	reg.MustRegister("test-completions", func(name string, _ json.RawMessage, _ framework.Handle) (framework.Plugin, error) {
+		rec.tn = framework.TypedName{Type: "test-completions", Name: name}
+		return rec, nil
+	})
+	cfg, err := framework.LoadConfig([]byte("apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: test-completions\n- type: queue-scorer\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv, err := eppserver.Start(ctx, eppserver.Options{Config: cfg, Registry: reg, Discovery: src, GRPCAddr: "127.0.0.1:0",
+		MetricsAddr: "127.0.0.1:0", DrainTimeout: time.Second, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err := gateway.New(gateway.Config{EPPAddress: srv.GRPCAddr().String(), Endpoints: []string{up.Listener.Addr().String()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gw.Close()
+	for _, st := range []string{"14", "0"} {
+		status.Store(st)
+		res, err := gw.Do(context.Background(), &gateway.Request{Path: "/v1/completions", Body: []byte(`{"model":"m","prompt":"p"}`)})
+		if err != nil || res.Trailers.Get("Grpc-Status") != st {
+			t.Fatalf("grpc-status %s: err %v, client trailers %v", st, err, res.Trailers)
+		}
+	}
+	eventually(t, 2*time.Second, func() error {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		if !slices.Equal(rec.eos, []bool{false, true}) {
+			return fmt.Errorf("ResponseComplete saw EndOfStream %v, want [false true] (the abort is no natural end)", rec.eos)
+		}
+		return nil
+	})
+	metrics := scrapeAll(t, srv)
+	for _, want := range []string{eppserver.MetricInFlight + " 0", eppserver.MetricResponses + `{outcome="aborted"} 1`,
+		eppserver.MetricResponses + `{outcome="completed"} 1`, eppserver.MetricResponses + `{outcome="abandoned"} 0`} {
+		if !strings.Contains(metrics, want+"\n") {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}
+
+func scrapeAll(t *testing.T, srv *eppserver.Server) string {
+	t.Helper()
+	resp, err := http.Get("http://" + srv.MetricsAddr().String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+func splitHostPort(t *testing.T, a string) (string, int) {
+	t.Helper()
+	h, p, err := net.SplitHostPort(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ := strconv.Atoi(p)
+	return h, n
 }

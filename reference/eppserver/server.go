@@ -298,8 +298,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	}
 	if s.metricsLis != nil {
 		var h http.Handler = promhttp.HandlerFor(promReg, promhttp.HandlerOpts{})
-		if err := promReg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricInFlight, Help: inFlightHelp},
-			func() float64 { return float64(s.extproc.InFlight()) })); err != nil {
+		if err := s.registerStreamMetrics(promReg); err != nil {
 			closeAll()
 			return nil, fmt.Errorf("metrics: %w", err)
 		}

@@ -70,6 +70,8 @@ type Server struct {
 	// refusing and inflight are the drain's view (drain.go): StopAdmitting, InFlight.
 	refusing atomic.Bool
 	inflight atomic.Int64
+	// completed, aborted and abandoned count how scheduled requests ended (abort.go Outcomes).
+	completed, aborted, abandoned atomic.Int64
 }
 
 // NewServer returns a Server that schedules with d. logger nil means slog.Default().
@@ -136,6 +138,7 @@ type request struct {
 	served      string
 	resp        *framework.Response
 	usage       *UsageParser
+	aborted     bool // the response ended with a non-zero grpc-status (abort.go)
 }
 
 func (st *stream) handle(msg *extprocv3.ProcessingRequest) error {
@@ -156,7 +159,7 @@ func (st *stream) handle(msg *extprocv3.ProcessingRequest) error {
 	case *extprocv3.ProcessingRequest_ResponseBody:
 		return st.responseBody(v.ResponseBody)
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
-		return st.responseTrailers()
+		return st.responseTrailers(v.ResponseTrailers)
 	}
 	return protocolError("ProcessingRequest without a request: want one of request_headers, request_body, request_trailers, response_headers, response_body, response_trailers")
 }
@@ -341,12 +344,16 @@ func (st *stream) responseBody(b *extprocv3.HttpBody) error {
 	return nil
 }
 
-func (st *stream) responseTrailers() error {
+func (st *stream) responseTrailers(tr *extprocv3.HttpTrailers) error {
 	err := st.srv.Send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{
 		ResponseTrailers: &extprocv3.TrailersResponse{}}})
 	// Answered first, then ended: a drain that waits for InFlight to reach 0 never cuts the
-	// last answer of a request.
-	st.complete(true)
+	// last answer of a request. A non-zero grpc-status is an abort, not a natural end (abort.go).
+	if code, msg, aborted := abortStatus(tr); aborted {
+		st.abort(code, msg)
+	} else {
+		st.complete(true)
+	}
 	return err
 }
 
@@ -364,6 +371,7 @@ func (st *stream) complete(eos bool) {
 		return
 	}
 	defer st.s.inflight.Add(-1)
+	st.s.countOutcome(eos, r.aborted)
 	if r.resp == nil {
 		served := r.served
 		if served == "" && len(r.res.Targets) > 0 {
