@@ -246,7 +246,7 @@ var _ = ginkgo.Describe("Disruptions", ginkgo.Label(suiteLabel, "disruption"), f
 			zero := int64(0)
 			gomega.Expect(e.cs.CoreV1().Pods(e.ns).Delete(ctx, victim.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})).To(gomega.Succeed())
 			var got res
-			gomega.Eventually(done).WithTimeout(2 * requestTimeout).Should(gomega.Receive(&got), "the stream never ended after its pod was deleted")
+			gomega.Eventually(done).WithTimeout(2*requestTimeout).Should(gomega.Receive(&got), "the stream never ended after its pod was deleted")
 			whole := got.err == nil && got.r.Status == http.StatusOK && strings.Contains(string(got.r.Body), "[DONE]")
 			gomega.Expect(whole).To(gomega.BeFalse(), "the stream ended whole although its pod was deleted 10 s before its end")
 			streamEnd := got.at.Sub(deleted)
@@ -298,7 +298,7 @@ var _ = ginkgo.Describe("Disruptions", ginkgo.Label(suiteLabel, "disruption"), f
 			gomega.Expect(counts[0].failed+counts[0].unanswerd).To(gomega.BeZero(), "FailOpen pool: %s", counts[0])
 			gomega.Expect(counts[1].unanswerd).To(gomega.BeZero(), "FailClose pool: a request never answered: %s", counts[1])
 			if counts[1].failed > 0 {
-				gomega.Expect(counts[1].lastFail - counts[1].firstFail).To(gomega.BeNumerically("<=", failover+5*time.Second),
+				gomega.Expect(counts[1].lastFail-counts[1].firstFail).To(gomega.BeNumerically("<=", failover+5*time.Second),
 					"FailClose pool: failures outside the failover window (%v): %s", failover, counts[1])
 			}
 		})
@@ -389,5 +389,3 @@ func running(ctx context.Context, pod *corev1.Pod) float64 {
 	}
 	return sum
 }
-
-
