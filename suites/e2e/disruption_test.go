@@ -59,14 +59,14 @@ func (c *loadCount) String() string {
 }
 
 // runLoad sends loadRate req/s of distinct two-token completions through every gateway of gws
-// until stop is closed, then waits for every request's end (each bounded by requestTimeout).
-func runLoad(ctx context.Context, gws []gatewayClient, stop <-chan struct{}) []*loadCount {
+// (named by names) until stop is closed, then waits for every request's end (each bounded by requestTimeout).
+func runLoad(ctx context.Context, names []string, gws []gatewayClient, stop <-chan struct{}) []*loadCount {
 	counts := make([]*loadCount, len(gws))
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	start := time.Now()
 	for i, gw := range gws {
-		c := &loadCount{gw: gw.String(), statuses: map[int]int{}}
+		c := &loadCount{gw: names[i] + " " + gw.String(), statuses: map[int]int{}}
 		counts[i] = c
 		wg.Add(1)
 		go func() {
@@ -275,7 +275,7 @@ var _ = ginkgo.Describe("Disruptions", ginkgo.Label(suiteLabel, "disruption"), f
 			stop := make(chan struct{})
 			var counts []*loadCount
 			loadDone := make(chan struct{})
-			go func() { counts = runLoad(ctx, []gatewayClient{e.failOpen, e.failClose}, stop); close(loadDone) }()
+			go func() { counts = runLoad(ctx, []string{"FailOpen", "FailClose"}, []gatewayClient{e.failOpen, e.failClose}, stop); close(loadDone) }()
 			time.Sleep(3 * time.Second)
 			ginkgo.By("deleting the leading EPP pod " + old.Name)
 			deleted := time.Now()
@@ -339,7 +339,7 @@ var _ = ginkgo.Describe("Disruptions", ginkgo.Label(suiteLabel, "disruption"), f
 			stop := make(chan struct{})
 			var counts []*loadCount
 			loadDone := make(chan struct{})
-			go func() { counts = runLoad(ctx, []gatewayClient{e.failOpen, e.failClose}, stop); close(loadDone) }()
+			go func() { counts = runLoad(ctx, []string{"FailOpen", "FailClose"}, []gatewayClient{e.failOpen, e.failClose}, stop); close(loadDone) }()
 			time.Sleep(3 * time.Second)
 			ginkgo.By("restarting the EPP Deployment (a new pod template)")
 			started := time.Now()
