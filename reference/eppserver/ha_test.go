@@ -120,7 +120,7 @@ func TestHealthFollowsLeadership(t *testing.T) {
 		t.Fatal("the leader election was not ended when the drain began")
 	}
 	for _, name := range readiness {
-		eventually(t, 200*time.Millisecond, statusIs(t, hc, name, healthpb.HealthCheckResponse_NOT_SERVING))
+		eventually(t, 2*time.Second, statusIs(t, hc, name, healthpb.HealthCheckResponse_NOT_SERVING))
 	}
 	if got := healthStatus(t, hc, "liveness"); got != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("liveness while draining: %v, want SERVING (a restart mid-drain would cut the requests in flight)", got)
@@ -246,8 +246,8 @@ func TestDrainFinishesInFlight(t *testing.T) {
 	select {
 	case <-srv.Done():
 		t.Logf("the server stopped %v after SIGTERM (drain timeout 20s)", time.Since(sigterm).Round(time.Millisecond))
-	case <-time.After(3 * time.Second):
-		t.Fatal("the streams ended, yet the server did not stop within 3 s")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the streams ended, yet the server did not stop within 10 s")
 	}
 }
 
@@ -293,7 +293,7 @@ func TestDrainTimeoutCutsTheRest(t *testing.T) {
 	cancel()
 	select {
 	case <-srv.Done():
-		if d := time.Since(sigterm); d < 600*time.Millisecond || d > 3*time.Second {
+		if d := time.Since(sigterm); d < 600*time.Millisecond || d > 5*time.Second {
 			t.Fatalf("the server stopped %v after SIGTERM, want about its 700ms drain timeout", d)
 		}
 	case <-time.After(5 * time.Second):
