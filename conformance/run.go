@@ -106,6 +106,11 @@ type Options struct {
 	// ConfigFile is the EndpointPickerConfig given to the target as {{.ConfigFile}}
 	// (--config-file; "" = the target's default).
 	ConfigFile string
+	// LeaderElectionArgs are the arguments that turn the EPP's leader election on
+	// (--leader-election-args), appended to the command of the replicas the high-availability
+	// tests start ("" = the target's own: --ha-enable-leader-election for the reference; for a
+	// command target without them those tests do not apply).
+	LeaderElectionArgs string
 	// ExpectFailures is a file of ShortNames expected to fail (--expect-failures; one a line, #
 	// comments): the run then passes only when exactly these fail.
 	ExpectFailures string
@@ -416,6 +421,7 @@ func (s *Session) startHarness() *ExitError {
 		ReadinessHeadersOnly: o.ReadinessProbe == "headers-only", Source: p.source, Eppkit: eppkit, ConfigFile: o.ConfigFile,
 		NoPredictorSidecar: !NeedsPredictorSidecar(running) && !userTemplateWantsPredictor, LogDir: o.LogDir, Timeouts: p.timeouts, Seed: p.seed,
 		FleetSize: o.FleetSize, FleetPort: o.FleetPort, Logger: o.Logger, StartFleet: p.startFleet,
+		LeaderElectionArgs: o.LeaderElectionArgs,
 	})
 	if err != nil && s.ctx.Err() != nil {
 		// Ctrl-C or SIGTERM while starting: the readiness wait saw a cancelled context, not a

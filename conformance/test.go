@@ -76,6 +76,11 @@ const (
 	// (upstream v1.5.0 pkg/epp/requestcontrol/candidates.go). GIE proposal 004 lists ip:port
 	// addresses, so the core EPP profile checks hints that carry the pool's own ip:port only.
 	FeatureSubsetHintIPMatching Feature = "SubsetHintIPMatching"
+	// FeatureHighAvailability: several replicas of the EPP for one pool with leader election
+	// (failover when the leader dies), a drain on SIGTERM that finishes the requests in flight,
+	// and routing through disruptions (llm-d-router v0.10.0 test/e2e e2e_test.go leader election,
+	// disruption_test.go; issue 33).
+	FeatureHighAvailability Feature = "HighAvailability"
 )
 
 // AllFeatures lists every Feature in a stable order.
@@ -83,7 +88,7 @@ var AllFeatures = []Feature{
 	FeatureOpenAIRequestParsing, FeaturePrefixCacheAffinity, FeatureQueueAwareness,
 	FeatureKVCacheAwareness, FeatureLoRAAffinity, FeaturePredictedLatency,
 	FeatureRequestShedding, FeatureEndpointChurn, FeatureDataParallelRanks,
-	FeatureSubsetHintIPMatching,
+	FeatureSubsetHintIPMatching, FeatureHighAvailability,
 }
 
 // ConformanceTest is one rule, as data. Register it from an init() in conformance/tests/<name>.go.

@@ -71,6 +71,13 @@ const (
 	EPPService        = "eppkit-epp"
 	EPPConfigMap      = "eppkit-epp-config"
 	EPPServiceAccount = "eppkit-epp"
+	// EPPMetricsReaderClusterRole may get the EPP's /metrics (--metrics-endpoint-auth): bind a
+	// scraper's identity to it.
+	EPPMetricsReaderClusterRole = "eppkit-epp-metrics-reader"
+	// EPPLeaseName is the Lease the EPP replicas of PoolName elect their leader with, in the
+	// namespace the manifests are applied to: "epp-<namespace>-<pool>.llm-d.ai"
+	// (reference/discovery.LeaseName; llm-d-router v0.10.0's LeaderElectionID).
+	EPPLeaseNameFormat = "epp-%s-" + PoolName + ".llm-d.ai"
 	// EPPPodLabelValue is the value of label "app" on the EPP pods (the Service's selector).
 	EPPPodLabelValue = "eppkit-epp"
 	// EPPGRPCPort (ext_proc), EPPHealthPort (gRPC health) and EPPMetricsPort (Prometheus).

@@ -196,9 +196,12 @@ func TestK8sObjects(t *testing.T) {
 		{"CustomResourceDefinition", "inferencemodelrewrites.inference.networking.x-k8s.io"},
 		{"CustomResourceDefinition", "inferencepoolimports.inference.networking.x-k8s.io"},
 		{"ServiceAccount", EPPServiceAccount}, {"Role", "eppkit-epp"}, {"RoleBinding", "eppkit-epp"},
+		{"ClusterRole", "eppkit-epp-metrics-auth"}, {"ClusterRoleBinding", "eppkit-epp-metrics-auth"},
+		{"ClusterRole", EPPMetricsReaderClusterRole},
 		{"Deployment", FakeVLLMDeployment}, {"Service", FakeVLLMService},
 		{"InferencePool", PoolName},
 		{"ConfigMap", EPPConfigMap}, {"Deployment", EPPDeployment}, {"Service", EPPService},
+		{"PodDisruptionBudget", EPPDeployment},
 		{"ConfigMap", EnvoyConfigMap}, {"Deployment", EnvoyDeployment}, {"Service", EnvoyService},
 	}
 	for _, k := range want {

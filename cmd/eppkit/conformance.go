@@ -66,6 +66,7 @@ func newConformanceCommand() *cobra.Command {
 	fl.StringVar(&o.PublishDir, "publish-dir", "", "also write the GIE publication layout under this directory (GIE's conformance/reports; requires the implementation flags)")
 	fl.StringVar(&o.ResultsFile, "results-file", "", "also write the run's machine-readable results (JSON, conformance.Results) to this file, whatever the run's end")
 	fl.StringVar(&o.ConfigFile, "config-file", "", "EndpointPickerConfig file given to the target as {{.ConfigFile}} (reference: --config-file)")
+	fl.StringVar(&o.LeaderElectionArgs, "leader-election-args", "", "arguments that turn your EPP's leader election on, appended to the command of the replicas the high-availability tests start (e.g. --ha-enable-leader-election; the reference target knows its own); without them those tests do not apply")
 	fl.StringVar(&o.LogDir, "log-dir", "out/conformance", "directory for the target's log")
 	fl.Int64Var(&o.Seed, "seed", 0, "seed for the fakes and the tests (0 = from the clock; EPPKIT_SEED overrides)")
 	fl.IntVar(&o.FleetSize, "fleet-size", harness.DefaultFleetSize, "number of fake vLLM servers in the pool")

@@ -38,9 +38,15 @@ config). Endpoint metrics are scraped from http://IP:PORT/metrics every
 --refresh-metrics-interval.
 
 Serves gRPC health (standard grpc.health.v1; "", inference-extension, liveness, readiness and
-envoy.service.ext_proc.v3.ExternalProcessor; readiness once discovery has synced) on
---grpc-health-port and on --grpc-port, and Prometheus metrics on --metrics-port (0 disables).
-SIGINT/SIGTERM shut down gracefully.`,
+envoy.service.ext_proc.v3.ExternalProcessor; readiness once discovery has synced and, with
+--ha-enable-leader-election, only on the replica holding the Lease epp-<namespace>-<pool>.llm-d.ai;
+liveness always) on --grpc-health-port and on --grpc-port, and Prometheus metrics on
+--metrics-port (0 disables; --metrics-endpoint-auth checks every scrape with the API server).
+
+SIGINT/SIGTERM drain: readiness turns NOT_SERVING and the lease is released at once; new
+requests are served for --drain-handover, then refused with 503 and
+x-llm-d-request-dropped-reason: rejected-shutting-down; the EPP exits once no request is in
+flight, or after --drain-timeout.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runReferenceEPP(cmd, f) },
 	}

@@ -84,6 +84,10 @@ type Config struct {
 	// EndpointDial, when set, opens the connections to pool members (a FleetSource's
 	// DialEndpoint); nil dials them directly.
 	EndpointDial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// LeaderElectionArgs are the arguments that turn the EPP's leader election on, appended to
+	// the command of the replicas of Suite.StartReplicas (--leader-election-args); "" = what the
+	// target knows (LeaderElectionArgsProvider), else leader election tests do not apply.
+	LeaderElectionArgs string
 }
 
 // Error says which stage of Start failed; the CLI exits 2 on it.

@@ -39,6 +39,10 @@ type TimeoutConfig struct {
 	TestTimeout Duration `json:"testTimeout"`
 	// TargetStop bounds the graceful stop of a command target before it is killed.
 	TargetStop Duration `json:"targetStop"`
+	// LeaderFailover bounds how long after the leading replica of an EPP dies another replica
+	// reports readiness SERVING: the lease expiring (controller-runtime's default lease duration,
+	// 15 s, after a crash) plus a retry period (2 s) and the readiness poll.
+	LeaderFailover Duration `json:"leaderFailover"`
 	// PredictorWarmup bounds how long a learning EPP may take, while the PredictedLatency test
 	// sends it warm-up traffic, before it routes by predicted latency.
 	PredictorWarmup Duration `json:"predictorWarmup"`
@@ -58,6 +62,7 @@ func DefaultTimeoutConfig() TimeoutConfig {
 		TestTimeout:                  Duration(3 * time.Minute),
 		TargetStop:                   Duration(5 * time.Second),
 		PredictorWarmup:              Duration(90 * time.Second),
+		LeaderFailover:               Duration(30 * time.Second),
 	}
 }
 
@@ -69,7 +74,7 @@ func (c TimeoutConfig) Validate() error {
 	}{{"targetReady", c.TargetReady}, {"targetRefused", c.TargetRefused}, {"harnessStart", c.HarnessStart}, {"request", c.Request},
 		{"metricsPropagation", c.MetricsPropagation}, {"endpointChange", c.EndpointChange},
 		{"poll", c.Poll}, {"testTimeout", c.TestTimeout}, {"targetStop", c.TargetStop},
-		{"predictorWarmup", c.PredictorWarmup}} {
+		{"predictorWarmup", c.PredictorWarmup}, {"leaderFailover", c.LeaderFailover}} {
 		if f.d <= 0 {
 			return fmt.Errorf("timeout config: %s must be > 0, got %s", f.name, time.Duration(f.d))
 		}

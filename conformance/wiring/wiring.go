@@ -54,6 +54,9 @@ func (r *referenceTarget) Start(ctx context.Context, env harness.TargetEnv) (har
 	return r.CommandTarget.Start(ctx, env)
 }
 
+// LeaderElectionArgs implements harness.LeaderElectionArgsProvider: the reference's flag.
+func (r *referenceTarget) LeaderElectionArgs() string { return "--ha-enable-leader-election" }
+
 // Stop implements harness.Target.
 func (r *referenceTarget) Stop(timeout time.Duration) error {
 	err := r.CommandTarget.Stop(timeout)

@@ -312,6 +312,9 @@ type Result struct {
 	ServedPod string
 	// Decision is the EPP's request-phase answer (nil without an EPP exchange).
 	Decision *extprocclient.Decision
+	// Trailers are the response's trailers (the upstream's, forwarded as Envoy does), nil when
+	// it had none.
+	Trailers http.Header
 }
 
 // Do serves one request through the gateway and returns the whole response. Local replies
@@ -345,6 +348,15 @@ func (g *Gateway) Do(ctx context.Context, req *Request) (*Result, error) {
 	}
 	if res.Status == 0 && out.err == nil {
 		res.Status = http.StatusOK
+	}
+	for k, vs := range rec.header {
+		if name, ok := strings.CutPrefix(k, http.TrailerPrefix); ok {
+			if res.Trailers == nil {
+				res.Trailers = http.Header{}
+			}
+			res.Trailers[http.CanonicalHeaderKey(name)] = vs
+			delete(res.Headers, k)
+		}
 	}
 	if out.err == nil && ctx.Err() != nil {
 		out.err = ctx.Err()

@@ -653,3 +653,32 @@ func TestDeprecatedAppendDuplicatesOnEnvoy(t *testing.T) {
 		t.Errorf("status %d headers %v body %s", res.Status, res.Headers, res.Body)
 	}
 }
+
+// TestTrailersForwarded: an upstream response that ends with trailers (a gRPC server's
+// grpc-status) reaches the EPP as Envoy sends it — the body without end_of_stream, then
+// response_trailers — and the client with its trailers.
+func TestTrailersForwarded(t *testing.T) {
+	a := newUpstream(t, "pod-a", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Trailer", "Grpc-Status, Grpc-Message")
+		w.Header().Set("Content-Type", "application/grpc")
+		_, _ = w.Write([]byte("partial"))
+		w.Header().Set("Grpc-Status", "14")
+		w.Header().Set("Grpc-Message", "engine aborted")
+	})
+	epp := startEPP(t, pickScript(a.addr(), nil, 0))
+	g := newGateway(t, gateway.Config{EPPAddress: epp.Addr(), Endpoints: []string{a.addr()}})
+	res, err := g.Do(context.Background(), &gateway.Request{Path: "/v1/completions", Body: []byte(`{"model":"m"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.Trailers.Get("Grpc-Status"); got != "14" || string(res.Body) != "partial" {
+		t.Fatalf("client: body %q, trailers %v; want the body and grpc-status 14", res.Body, res.Trailers)
+	}
+	seen := epp.Seen()
+	if len(seen) != 1 {
+		t.Fatalf("%d exchanges", len(seen))
+	}
+	if s := seen[0]; s.ResponseTrailers["grpc-status"] != "14" || string(s.ResponseBody) != "partial" {
+		t.Fatalf("the EPP saw body %q and trailers %v; want the body then response_trailers with grpc-status 14", s.ResponseBody, s.ResponseTrailers)
+	}
+}

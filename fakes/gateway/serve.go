@@ -384,6 +384,7 @@ func (g *Gateway) responsePhases(ctx context.Context, st *extprocclient.Stream, 
 	if noBody || sendErr != nil {
 		close(pumpDone)
 	} else {
+		p.trailer = func() http.Header { return resp.Trailer }
 		go p.run(st, resp.Body, g.cfg.BodyChunkSize, md, pumpDone)
 	}
 
@@ -511,6 +512,13 @@ func (g *Gateway) responsePhases(ctx context.Context, st *extprocclient.Stream, 
 		}
 		if noBody && gotHeaders || done {
 			<-pumpDone
+			// The upstream's trailers reach the client as Envoy forwards them (a gRPC server's
+			// grpc-status among them).
+			for k, vs := range resp.Trailer {
+				for _, v := range vs {
+					out.Header().Add(http.TrailerPrefix+k, v)
+				}
+			}
 			return
 		}
 	}
@@ -562,6 +570,10 @@ func writeResponseHeader(out sink, status int, upstream http.Header, rr *extproc
 
 // pump reads the upstream body and sends it to the EPP as response_body chunks.
 type pump struct {
+	// trailer returns the upstream response's trailers, known once its body has been read to
+	// the end (http.Response.Trailer).
+	trailer func() http.Header
+
 	mu      sync.Mutex
 	sent    []byte // everything read from upstream (for FailOpen replay)
 	stopped bool
@@ -589,7 +601,23 @@ func (p *pump) run(st *extprocclient.Stream, body io.Reader, chunk int, md extpr
 			p.mu.Lock()
 			stopped := p.stopped
 			p.mu.Unlock()
-			if !stopped {
+			if stopped {
+				return
+			}
+			// A response that ends with trailers ends its ext_proc exchange with them (Envoy's
+			// response_trailers; the last body message had end_of_stream false), else with an
+			// empty end_of_stream body chunk.
+			var tr []extprocclient.Header
+			if p.trailer != nil {
+				for k, vs := range p.trailer() {
+					for _, v := range vs {
+						tr = append(tr, extprocclient.Header{Key: strings.ToLower(k), Value: v})
+					}
+				}
+			}
+			if len(tr) > 0 {
+				_ = st.SendResponseTrailers(tr, md)
+			} else {
 				_ = st.SendResponseBody(nil, true, md)
 			}
 			return

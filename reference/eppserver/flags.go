@@ -62,6 +62,8 @@ type Flags struct {
 	BindAddress string
 	// PredictorURL is an upstream-compatible latency predictor's base URL (--predictor-url).
 	PredictorURL string
+	// HA is high availability: leader election, drain, metrics authentication (ha_flags.go).
+	HA HAFlags
 }
 
 // AddFlags binds f to fs with the reference EPP's flag names and defaults.
@@ -86,6 +88,7 @@ func (f *Flags) AddFlags(fs *pflag.FlagSet) {
 	fs.Int64Var(&f.Seed, "seed", 0, "base seed of every random choice (pickers, exploration)")
 	fs.StringVar(&f.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&f.BindAddress, "bind-address", "", "address the listeners bind to (default: all interfaces)")
+	f.HA.AddFlags(fs)
 	fs.StringVar(&f.PredictorURL, "predictor-url", "", "base URL of an upstream-compatible latency predictor (eppkit predictor) that every predicted-latency-producer without predictionServerURLs uses instead of the in-process model")
 }
 
@@ -166,6 +169,9 @@ func (f *Flags) Options(logger *slog.Logger) (opts Options, pool *discovery.Pool
 	}
 	if rewrites != nil {
 		opts.ModelRewrites = rewrites
+	}
+	if err := f.HA.apply(&opts, pool, logger); err != nil {
+		return Options{}, nil, err
 	}
 	return opts, pool, nil
 }

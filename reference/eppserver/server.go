@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -34,7 +35,8 @@ import (
 
 // HealthServices are the gRPC health service names the server answers SERVING for once ready
 // (SPEC §5.1): the overall server, the names upstream's deployments probe, and the ext_proc
-// service. "liveness" is SERVING from the start; the others once discovery has synced.
+// service. "liveness" is SERVING from the start; the others once discovery has synced, on the
+// elected leader only when leader election is on, and never while draining (ha.go healthState).
 var HealthServices = []string{"", "inference-extension", "readiness", extprocv3.ExternalProcessor_ServiceDesc.ServiceName}
 
 // LivenessService is SERVING as soon as the server runs.
@@ -101,8 +103,17 @@ type Options struct {
 	Clock clock.WithTicker
 	// Logger receives every log; nil means slog.Default().
 	Logger *slog.Logger
-	// ShutdownTimeout bounds the graceful stop of in-flight streams; 0 means 5 s.
-	ShutdownTimeout time.Duration
+	// Leader, when set, is the replica's leader election (--ha-enable-leader-election): readiness
+	// is SERVING only while it holds the lease. nil: the replica is always the leader.
+	Leader Leader
+	// DrainTimeout bounds the drain after the context ends (SIGTERM): requests in flight get
+	// until then to finish (ha.go drain); 0 means DefaultDrainTimeout (30 s, upstream's).
+	DrainTimeout time.Duration
+	// DrainHandover is how long after the context ends new requests are still served before they
+	// are refused with 503 rejected-shutting-down (0: refused at once). At most DrainTimeout.
+	DrainHandover time.Duration
+	// MetricsFilter, when set, wraps /metrics (--metrics-endpoint-auth).
+	MetricsFilter MetricsFilter
 }
 
 // ConfigError is returned by Start when the runtime cannot be built from Options.Config (a
@@ -118,7 +129,11 @@ type Server struct {
 	logger   *slog.Logger
 	runtime  *framework.Runtime
 	director *director.Director
+	extproc  *extproc.Server
 	health   *health.Server
+
+	draining   atomic.Bool
+	healthPoke chan struct{}
 
 	grpcLis, healthLis, metricsLis net.Listener
 	grpcSrv, healthSrv             *grpc.Server
@@ -147,10 +162,13 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		reg = framework.NewRegistry()
 		plugins.RegisterAll(reg)
 	}
-	if opts.ShutdownTimeout <= 0 {
-		opts.ShutdownTimeout = 5 * time.Second
+	if opts.DrainTimeout <= 0 {
+		opts.DrainTimeout = DefaultDrainTimeout
 	}
-	s := &Server{opts: opts, logger: logger, done: make(chan struct{})}
+	if opts.DrainHandover < 0 || opts.DrainHandover > opts.DrainTimeout {
+		return nil, fmt.Errorf("eppserver: the drain handover (%v) must be between 0 and the drain timeout (%v)", opts.DrainHandover, opts.DrainTimeout)
+	}
+	s := &Server{opts: opts, logger: logger, done: make(chan struct{}), healthPoke: make(chan struct{}, 1)}
 
 	var promReg *prometheus.Registry
 	var obs *director.Observer
@@ -163,10 +181,15 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		}
 	}
 
-	runCtx, cancel := context.WithCancel(ctx)
+	// Two lifetimes: stopCtx ends with ctx (SIGTERM) or a failed listener and starts the drain;
+	// runCtx (discovery, metrics, plugins, health) outlives it until the drain is over, so the
+	// requests still served during the drain see a live pool.
+	stopCtx, stop := context.WithCancel(ctx)
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	ok := false
 	defer func() {
 		if !ok {
+			stop()
 			cancel()
 		}
 	}()
@@ -245,6 +268,13 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		go opts.Collector.Start(runCtx)
 	}
 	rt.Start(runCtx)
+	if opts.Leader != nil {
+		// The election ends with stopCtx: a draining replica releases the lease at once.
+		if err := opts.Leader.Start(stopCtx); err != nil {
+			closeAll()
+			return nil, err
+		}
+	}
 
 	s.health = health.NewServer()
 	s.health.SetServingStatus(LivenessService, healthpb.HealthCheckResponse_SERVING)
@@ -259,27 +289,41 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	// to the decision path's depth, instead of a new goroutine that grows (copies) its stack on
 	// every request; when all are busy (long-lived streams), grpc-go starts a goroutine as before.
 	s.grpcSrv = grpc.NewServer(append(grpcOpts, grpc.NumStreamWorkers(extprocStreamWorkers))...)
-	extprocv3.RegisterExternalProcessorServer(s.grpcSrv, extproc.NewServer(s.director, logger))
+	s.extproc = extproc.NewServer(s.director, logger)
+	extprocv3.RegisterExternalProcessorServer(s.grpcSrv, s.extproc)
 	healthpb.RegisterHealthServer(s.grpcSrv, s.health)
 	if s.healthLis != nil {
 		s.healthSrv = grpc.NewServer(grpcOpts...)
 		healthpb.RegisterHealthServer(s.healthSrv, s.health)
 	}
 	if s.metricsLis != nil {
+		var h http.Handler = promhttp.HandlerFor(promReg, promhttp.HandlerOpts{})
+		if err := s.registerStreamMetrics(promReg); err != nil {
+			closeAll()
+			return nil, fmt.Errorf("metrics: %w", err)
+		}
+		if opts.MetricsFilter != nil {
+			if h, err = opts.MetricsFilter(h); err != nil {
+				closeAll()
+				return nil, fmt.Errorf("--metrics-endpoint-auth: %w", err)
+			}
+		}
 		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(promReg, promhttp.HandlerOpts{}))
+		mux.Handle("/metrics", h)
 		s.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	}
 
 	var wg sync.WaitGroup
 	errs := make(chan error, 3)
+	var failed atomic.Bool
 	serve := func(name string, f func() error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			if err := f(); err != nil && !errors.Is(err, grpc.ErrServerStopped) && !errors.Is(err, http.ErrServerClosed) {
 				errs <- fmt.Errorf("%s: %w", name, err)
-				cancel()
+				failed.Store(true)
+				stop()
 			}
 		}()
 	}
@@ -290,13 +334,18 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if s.httpSrv != nil {
 		serve("metrics", func() error { return s.httpSrv.Serve(s.metricsLis) })
 	}
-	go s.watchReadiness(runCtx)
+	go s.watchHealth(runCtx)
 	logger.Info("reference EPP serving", "grpc", s.grpcLis.Addr().String(), "health", addrString(s.healthLis),
 		"metrics", addrString(s.metricsLis), "tls", opts.TLS != nil, "profiles", rt.ProfileNames())
 
 	go func() {
-		<-runCtx.Done()
+		<-stopCtx.Done()
+		s.drain(failed.Load())
 		s.shutdown()
+		if opts.Leader != nil {
+			<-opts.Leader.Done() // the lease is released
+		}
+		cancel()
 		wg.Wait()
 		rt.Wait()
 		if w, ok := opts.Collector.(interface{ Wait() }); ok {
@@ -312,54 +361,19 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	return s, nil
 }
 
-// watchReadiness turns the readiness services SERVING once discovery has synced.
-func (s *Server) watchReadiness(ctx context.Context) {
-	t := time.NewTicker(20 * time.Millisecond)
-	defer t.Stop()
-	for {
-		if s.opts.Discovery.Synced() {
-			for _, name := range HealthServices {
-				s.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
-			}
-			s.logger.Info("ready: discovery synced", "endpoints", len(s.opts.Discovery.Endpoints()))
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
-// shutdown marks the server not serving, lets in-flight streams finish within ShutdownTimeout,
-// then stops everything.
+// shutdown stops every listener once the drain is over (ha.go drain): a stream still open is
+// closed.
 func (s *Server) shutdown() {
-	s.logger.Info("shutting down", "timeout", s.opts.ShutdownTimeout)
-	s.health.Shutdown()
-	stopped := make(chan struct{})
-	go func() {
-		s.grpcSrv.GracefulStop()
-		if s.healthSrv != nil {
-			s.healthSrv.GracefulStop()
-		}
-		close(stopped)
-	}()
-	select {
-	case <-stopped:
-	case <-time.After(s.opts.ShutdownTimeout):
-		s.logger.Warn("graceful stop timed out; closing the remaining streams")
-		s.grpcSrv.Stop()
-		if s.healthSrv != nil {
-			s.healthSrv.Stop()
-		}
-		<-stopped
+	s.grpcSrv.Stop()
+	if s.healthSrv != nil {
+		s.healthSrv.Stop()
 	}
 	if s.httpSrv != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), s.opts.ShutdownTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		_ = s.httpSrv.Shutdown(ctx)
 	}
+	s.logger.Info("listeners closed")
 }
 
 // Wait blocks until the server has shut down (its context ended, or a listener failed) and

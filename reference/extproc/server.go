@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -66,6 +67,11 @@ type Server struct {
 	extprocv3.UnimplementedExternalProcessorServer
 	d      *director.Director
 	logger *slog.Logger
+	// refusing and inflight are the drain's view (drain.go): StopAdmitting, InFlight.
+	refusing atomic.Bool
+	inflight atomic.Int64
+	// completed, aborted and abandoned count how scheduled requests ended (abort.go Outcomes).
+	completed, aborted, abandoned atomic.Int64
 }
 
 // NewServer returns a Server that schedules with d. logger nil means slog.Default().
@@ -132,6 +138,7 @@ type request struct {
 	served      string
 	resp        *framework.Response
 	usage       *UsageParser
+	aborted     bool // the response ended with a non-zero grpc-status (abort.go)
 }
 
 func (st *stream) handle(msg *extprocv3.ProcessingRequest) error {
@@ -152,7 +159,7 @@ func (st *stream) handle(msg *extprocv3.ProcessingRequest) error {
 	case *extprocv3.ProcessingRequest_ResponseBody:
 		return st.responseBody(v.ResponseBody)
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
-		return st.responseTrailers()
+		return st.responseTrailers(v.ResponseTrailers)
 	}
 	return protocolError("ProcessingRequest without a request: want one of request_headers, request_body, request_trailers, response_headers, response_body, response_trailers")
 }
@@ -222,6 +229,12 @@ func (st *stream) schedule() error {
 		res *director.Result
 		err error
 	)
+	if st.s.refusing.Load() {
+		// The EPP is draining and admits no new request (drain.go).
+		r.ended, r.body = true, nil
+		st.s.logger.Info("ext_proc: request refused: shutting down", "requestID", r.headers[director.HeaderRequestID])
+		return st.srv.Send(shuttingDownResponse())
+	}
 	if r.tooLarge {
 		err = errTooLarge
 	} else {
@@ -241,6 +254,7 @@ func (st *stream) schedule() error {
 		return st.srv.Send(immediateResponse(code, body, director.CodeFor(err), director.ReasonFor(err)))
 	}
 	r.res = res
+	st.s.inflight.Add(1) // until complete
 	dest := res.Destination()
 	set := []*corev3.HeaderValueOption{header(DestinationEndpointKey, dest)}
 	if res.Body != nil {
@@ -330,10 +344,17 @@ func (st *stream) responseBody(b *extprocv3.HttpBody) error {
 	return nil
 }
 
-func (st *stream) responseTrailers() error {
-	st.complete(true)
-	return st.srv.Send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{
+func (st *stream) responseTrailers(tr *extprocv3.HttpTrailers) error {
+	err := st.srv.Send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{
 		ResponseTrailers: &extprocv3.TrailersResponse{}}})
+	// Answered first, then ended: a drain that waits for InFlight to reach 0 never cuts the
+	// last answer of a request. A non-zero grpc-status is an abort, not a natural end (abort.go).
+	if code, msg, aborted := abortStatus(tr); aborted {
+		st.abort(code, msg)
+	} else {
+		st.complete(true)
+	}
+	return err
 }
 
 // complete ends the current request: ResponseComplete (with EndOfStream = eos) and EndRequest,
@@ -349,6 +370,8 @@ func (st *stream) complete(eos bool) {
 	if r.res == nil {
 		return
 	}
+	defer st.s.inflight.Add(-1)
+	st.s.countOutcome(eos, r.aborted)
 	if r.resp == nil {
 		served := r.served
 		if served == "" && len(r.res.Targets) > 0 {

@@ -202,8 +202,9 @@ type ResponseBodyPlugin interface {
 	ResponseBody(ctx context.Context, req *LLMRequest, resp *Response, chunk []byte)
 }
 
-// ResponseCompletePlugin runs once when the response has ended (or the request was abandoned,
-// in which case resp.EndOfStream is false).
+// ResponseCompletePlugin runs once when the response has ended (or the request was abandoned, or
+// its response aborted — trailers with a non-zero grpc-status, a failed request — in which cases
+// resp.EndOfStream is false).
 type ResponseCompletePlugin interface {
 	Plugin
 	ResponseComplete(ctx context.Context, req *LLMRequest, resp *Response)

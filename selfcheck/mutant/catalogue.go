@@ -36,6 +36,10 @@ const (
 	// ModelRewriteSource mutants decorate the pool's model rewrite rules
 	// (selfcheck/mutant/wrap.ModelRewrites).
 	ModelRewriteSource Via = "model rewrite decorator"
+	// LeaderElection mutants decorate the reference's leader election (selfcheck/mutant/wrap.Reference).
+	LeaderElection Via = "leader election decorator"
+	// ServerOptions mutants change one of the reference server's options (selfcheck/mutant/wrap.Reference).
+	ServerOptions Via = "server options"
 	// Hook mutants are one of the at most three `if mutant.On` hooks left in reference/, where no
 	// wrapper reaches (each hook's comment says why).
 	Hook Via = "hook in reference/"
@@ -94,6 +98,10 @@ const (
 	HintTrustedOverReadiness Name = "hint-trusted-over-readiness"
 	ReadyBeforeSync          Name = "ready-before-sync"
 	HintBeyondPool           Name = "hint-beyond-pool"
+	// Failures in production (issue 33).
+	FollowerServing     Name = "follower-serving"
+	DrainDropsInFlight  Name = "drain-drops-in-flight"
+	PoolSelectorIgnored Name = "pool-selector-ignored"
 )
 
 // Mutant describes one mutant for the matrix.
@@ -210,6 +218,12 @@ var catalogue = []Mutant{
 		Via: EndpointSource, Where: "selfcheck/mutant/wrap: the InferencePool source reports itself synced from the start, before its pool exists", Kind: BlackBox, Target: "EPPReadinessFollowsSync", NeedsAPIServer: true},
 	{Name: HintBeyondPool, Breaks: "the endpoint list is scoped to the EPP's own InferencePool, whatever the hint names (GIE proposal 004 as of v1.6.2, GIE PR #3003)",
 		Via: Interceptor, Where: "selfcheck/mutant/interceptor: with a subset hint, the pick (header and metadata) is replaced by the hint's first entry", Kind: BlackBox, Target: "EPPEndpointListScopedToPool"},
+	{Name: FollowerServing, Breaks: "a follower reports readiness and the ext_proc health service NOT_SERVING (GIE proposal 004 as of v1.6.2, Health Checking)",
+		Via: LeaderElection, Where: "selfcheck/mutant/wrap: the leader election reports every replica the leader, while the Lease still has one holder", Kind: BlackBox, Target: "EPPReadinessOnlyOnLeader", NeedsAPIServer: true},
+	{Name: DrainDropsInFlight, Breaks: "SIGTERM lets the streams in flight finish (llm-d-router v0.10.0 runWithGracefulShutdown; issue 33)",
+		Via: ServerOptions, Where: "selfcheck/mutant/wrap: the drain timeout is 1 ms, so the drain cuts every request in flight at once", Kind: BlackBox, Target: "DrainFinishesInFlight"},
+	{Name: PoolSelectorIgnored, Breaks: "the endpoint list is scoped to the EPP's own InferencePool (GIE proposal 004 as of v1.6.2, GIE PR #3003)",
+		Via: EndpointSource, Where: "selfcheck/mutant/wrap PoolSource: the InferencePool reads with an empty selector, so every Ready pod of its namespace (another pool's too) is an endpoint", Kind: BlackBox, Target: "EPPEndpointListScopedToPool", NeedsAPIServer: true},
 	{Name: PluginStateScoreOnly, Breaks: "the prefix producer writes its plugin state in PrepareData, so the pick is indexed without a prefix scorer (GIE PR #2005, SPEC §1)",
 		Via: Plugin, Where: "selfcheck/mutant/wrap: approx-prefix-cache-producer wrapped, its plugin-state entry deleted when PrepareData ends", Kind: WhiteBox, Suite: "pluginstate",
 		Target: "the only profile has no prefix scorer should hold: PreRequest indexes the pick"},

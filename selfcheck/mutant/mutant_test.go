@@ -18,7 +18,8 @@ func TestCatalogue(t *testing.T) {
 			t.Errorf("%q: a white-box mutant needs a Suite", m.Name)
 		case m.Kind != WhiteBox && m.Kind != BlackBox:
 			t.Errorf("%q: Kind %q", m.Name, m.Kind)
-		case m.Via != Interceptor && m.Via != Plugin && m.Via != EndpointSource && m.Via != MetricsSource && m.Via != ModelRewriteSource && m.Via != Hook:
+		case m.Via != Interceptor && m.Via != Plugin && m.Via != EndpointSource && m.Via != MetricsSource && m.Via != ModelRewriteSource && m.Via != Hook &&
+			m.Via != LeaderElection && m.Via != ServerOptions:
 			t.Errorf("%q: Via %q", m.Name, m.Via)
 		case m.Via == Interceptor && m.Kind != BlackBox:
 			t.Errorf("%q: an interceptor mutant runs under the conformance registry", m.Name)

@@ -193,9 +193,9 @@ var _ = ginkgo.Describe("EPP unavailable", ginkgo.Label(suiteLabel), func() {
 
 	ginkgo.When("the EPP Deployment is scaled to 0", func() {
 		ginkgo.BeforeEach(func(ctx context.Context) {
-			scale(ctx, manifests.EPPDeployment, 0)
+			scaleEPP(ctx, 0)
 			ginkgo.DeferCleanup(func(ctx context.Context) {
-				scale(ctx, manifests.EPPDeployment, 1)
+				scaleEPP(ctx, eppReplicas)
 				waitEPPServing(ctx)
 			})
 			waitNoEPP(ctx)
@@ -225,12 +225,28 @@ var _ = ginkgo.Describe("EPP unavailable", ginkgo.Label(suiteLabel), func() {
 
 var _ = ginkgo.Describe("EPP metrics", ginkgo.Label(suiteLabel), func() {
 	ginkgo.When("the EPP serves the pool", func() {
-		ginkgo.It("should expose the pool gauges on /metrics", func(ctx context.Context) {
+		ginkgo.It("should refuse an unauthenticated scrape and a token without get /metrics", func(ctx context.Context) {
 			epp := eppPod(ctx)
 			url := "http://" + podAddr(ctx, epp, manifests.EPPMetricsPort) + "/metrics"
+			for _, c := range []struct {
+				who, token string
+				want       int
+			}{{"no token", "", http.StatusUnauthorized}, {"a ServiceAccount without get /metrics", metricsToken(ctx, false), http.StatusForbidden}} {
+				gomega.Eventually(func(g gomega.Gomega) {
+					code, err := scrapeStatus(ctx, url, c.token)
+					g.Expect(err).NotTo(gomega.HaveOccurred())
+					g.Expect(code).To(gomega.Equal(c.want), "scrape with %s", c.who)
+				}).WithContext(ctx).WithTimeout(discoveryWindow).WithPolling(500 * time.Millisecond).Should(gomega.Succeed())
+				fmt.Fprintf(ginkgo.GinkgoWriter, "EPP /metrics scraped with %s: HTTP %d\n", c.who, c.want)
+			}
+		})
+		ginkgo.It("should expose the pool gauges on /metrics to a scraper bound to eppkit-epp-metrics-reader", func(ctx context.Context) {
+			epp := eppPod(ctx)
+			url := "http://" + podAddr(ctx, epp, manifests.EPPMetricsPort) + "/metrics"
+			token := metricsToken(ctx, true)
 			gomega.Eventually(func(g gomega.Gomega) {
 				_, ready := poolPods(ctx)
-				fams, err := scrape(ctx, url)
+				fams, err := scrapeWith(ctx, url, token)
 				g.Expect(err).NotTo(gomega.HaveOccurred())
 				for _, name := range []string{director.MetricPoolReadyEndpoints, director.MetricPoolAverageQueue, director.MetricPoolAverageKVCache} {
 					g.Expect(fams).To(gomega.HaveKey(name))

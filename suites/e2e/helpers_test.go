@@ -110,6 +110,16 @@ func setHealth(ctx context.Context, pod *corev1.Pod, status int) {
 	gomega.Expect(resp.StatusCode).To(gomega.Equal(http.StatusOK), "POST %s: %s", url, b)
 }
 
+// scaleEPP scales the EPP Deployment and waits for its pods (the leader alone Ready).
+func scaleEPP(ctx context.Context, replicas int32) {
+	ginkgo.GinkgoHelper()
+	ginkgo.By(fmt.Sprintf("scaling deployment %s to %d", manifests.EPPDeployment, replicas))
+	patch := []byte(fmt.Sprintf(`{"spec":{"replicas":%d}}`, replicas))
+	_, err := e.cs.AppsV1().Deployments(e.ns).Patch(ctx, manifests.EPPDeployment, types.MergePatchType, patch, metav1.PatchOptions{})
+	gomega.Expect(err).NotTo(gomega.HaveOccurred())
+	waitEPP(ctx, replicas)
+}
+
 // eppPod returns the one Ready EPP pod.
 func eppPod(ctx context.Context) *corev1.Pod {
 	ginkgo.GinkgoHelper()
@@ -129,11 +139,15 @@ func eppPod(ctx context.Context) *corev1.Pod {
 	return pod
 }
 
-// scrape reads the Prometheus text exposition at url.
-func scrape(ctx context.Context, url string) (map[string]*dto.MetricFamily, error) {
+// scrapeWith reads the Prometheus text exposition at url with a bearer token (the EPP's
+// /metrics is checked by the API server: --metrics-endpoint-auth).
+func scrapeWith(ctx context.Context, url, token string) (map[string]*dto.MetricFamily, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := (&http.Client{Timeout: requestTimeout}).Do(req)
 	if err != nil {

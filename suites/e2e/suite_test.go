@@ -73,6 +73,9 @@ const (
 	failClosePool = "fake-vllm-failclose"
 	// initialReplicas is the fake vLLM Deployment's replica count in manifests/k8s.
 	initialReplicas = 3
+	// eppReplicas is the EPP Deployment's replica count in manifests/k8s: one leader (Ready) and
+	// one warm follower (not Ready: readiness is the leader's alone).
+	eppReplicas = 2
 	// createTimeout bounds bringing the cluster up (a new kind cluster on a loaded 2-core
 	// machine takes 25–90 s; one bounded retry of the creation is inside the provider).
 	createTimeout = 5 * time.Minute
@@ -265,7 +268,7 @@ var _ = ginkgo.BeforeSuite(func(ctx context.Context) {
 
 	ginkgo.By("waiting for the fake vLLM and EPP Deployments")
 	waitDeployment(ctx, manifests.FakeVLLMDeployment, initialReplicas)
-	waitDeployment(ctx, manifests.EPPDeployment, 1)
+	waitEPP(ctx, eppReplicas)
 
 	switch gwMode {
 	case gatewayStandin:
@@ -460,6 +463,21 @@ func waitDeployment(ctx context.Context, name string, replicas int32) {
 		g.Expect(d.Status.ReadyReplicas).To(gomega.Equal(replicas), "deployment %s ready replicas", name)
 		g.Expect(d.Status.UpdatedReplicas).To(gomega.Equal(replicas), "deployment %s updated replicas", name)
 		g.Expect(pods).To(gomega.HaveLen(int(replicas)), "deployment %s pods (terminating ones included)", name)
+	}).WithContext(ctx).WithTimeout(rolloutTimeout).WithPolling(250 * time.Millisecond).Should(gomega.Succeed())
+}
+
+// waitEPP waits until the EPP Deployment runs replicas pods, all updated, of which exactly one
+// (the leader) is Ready — none when replicas is 0 — and no pod is terminating.
+func waitEPP(ctx context.Context, replicas int32) {
+	ginkgo.GinkgoHelper()
+	gomega.Eventually(func(g gomega.Gomega) {
+		d, err := e.cs.AppsV1().Deployments(e.ns).Get(ctx, manifests.EPPDeployment, metav1.GetOptions{})
+		g.Expect(err).NotTo(gomega.HaveOccurred())
+		g.Expect(d.Status.ObservedGeneration).To(gomega.BeNumerically(">=", d.Generation))
+		pods := deploymentPods(ctx, g, d)
+		g.Expect(pods).To(gomega.HaveLen(int(replicas)), "EPP pods (terminating ones included)")
+		g.Expect(d.Status.UpdatedReplicas).To(gomega.Equal(replicas), "EPP updated replicas")
+		g.Expect(d.Status.ReadyReplicas).To(gomega.Equal(min(replicas, 1)), "EPP Ready replicas (the leader alone)")
 	}).WithContext(ctx).WithTimeout(rolloutTimeout).WithPolling(250 * time.Millisecond).Should(gomega.Succeed())
 }
 

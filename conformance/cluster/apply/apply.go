@@ -113,6 +113,8 @@ func (a *Applier) Apply(ctx context.Context, objs []*unstructured.Unstructured, 
 				o.SetNamespace(opts.Namespace)
 			}
 			ri = a.dyn.Resource(mapping.Resource).Namespace(o.GetNamespace())
+		} else if err := perNamespace(o, opts.Namespace); err != nil {
+			return out, fmt.Errorf("apply %s: %w", id, err)
 		}
 		if opts.Mutate != nil {
 			if err := opts.Mutate(o); err != nil {

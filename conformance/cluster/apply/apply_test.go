@@ -48,12 +48,22 @@ func createNamespace(t *testing.T, cp *apiserver.ControlPlane, name string) {
 	}
 }
 
+// clusterScoped reports whether o's kind is one of the cluster-scoped kinds of the manifests.
+func clusterScoped(o *unstructured.Unstructured) bool {
+	switch o.GetKind() {
+	case "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding":
+		return true
+	}
+	return false
+}
+
 func gvr(o *unstructured.Unstructured) schema.GroupVersionResource {
 	// The manifests' kinds, pluralised as their APIs name them.
 	plural := map[string]string{
 		"CustomResourceDefinition": "customresourcedefinitions", "ServiceAccount": "serviceaccounts",
 		"Role": "roles", "RoleBinding": "rolebindings", "Deployment": "deployments", "Service": "services",
-		"ConfigMap": "configmaps", "InferencePool": "inferencepools",
+		"ConfigMap": "configmaps", "InferencePool": "inferencepools", "PodDisruptionBudget": "poddisruptionbudgets",
+		"ClusterRole": "clusterroles", "ClusterRoleBinding": "clusterrolebindings",
 	}[o.GetKind()]
 	gv, _ := schema.ParseGroupVersion(o.GetAPIVersion())
 	return gv.WithResource(plural)
@@ -87,16 +97,25 @@ func TestApplyManifestsToAPIServer(t *testing.T) {
 	for _, o := range objs {
 		ri := dyn.Resource(gvr(o))
 		var got *unstructured.Unstructured
-		if o.GetKind() == "CustomResourceDefinition" {
+		switch {
+		case o.GetAnnotations()[PerNamespaceAnnotation] == "true":
+			got, err = ri.Get(ctx, o.GetName()+"-e2e-a", metav1.GetOptions{})
+			if err == nil {
+				subjects, _, _ := unstructured.NestedSlice(got.Object, "subjects")
+				if ns := subjects[0].(map[string]any)["namespace"]; ns != "e2e-a" {
+					t.Errorf("%s/%s: subject namespace %v, want e2e-a", o.GetKind(), got.GetName(), ns)
+				}
+			}
+		case clusterScoped(o):
 			got, err = ri.Get(ctx, o.GetName(), metav1.GetOptions{})
-		} else {
+		default:
 			got, err = ri.Namespace("e2e-a").Get(ctx, o.GetName(), metav1.GetOptions{})
 		}
 		if err != nil {
 			t.Errorf("get %s/%s: %v", o.GetKind(), o.GetName(), err)
 			continue
 		}
-		versions[o.GetKind()+"/"+o.GetName()] = got.GetResourceVersion()
+		versions[o.GetKind()+"/"+got.GetName()] = got.GetResourceVersion()
 	}
 	pool, err := dyn.Resource(schema.GroupVersionResource{Group: "inference.networking.k8s.io", Version: "v1", Resource: "inferencepools"}).
 		Namespace("e2e-a").Get(ctx, manifests.PoolName, metav1.GetOptions{})
@@ -165,7 +184,12 @@ func TestApplyManifestsToAPIServer(t *testing.T) {
 		}
 		return nil
 	}
-	otherNS := objs[len(objs)-1].DeepCopy()
+	var otherNS *unstructured.Unstructured
+	for _, o := range objs {
+		if !clusterScoped(o) {
+			otherNS = o.DeepCopy()
+		}
+	}
 	otherNS.SetNamespace("elsewhere")
 	mutateErr := func(o *unstructured.Unstructured) error { return errors.New("no") }
 	// The first namespaced object, after the CRDs: the first one a namespace-less Apply refuses.

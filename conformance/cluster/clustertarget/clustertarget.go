@@ -615,7 +615,8 @@ func (r *Run) objects(env harness.TargetEnv, ns string) ([]*unstructured.Unstruc
 				return nil, err
 			}
 		case o.GetKind() == "Service" && o.GetName() == manifests.EPPService:
-		case strings.HasPrefix(o.GetKind(), "Role") || strings.HasPrefix(o.GetKind(), "ClusterRole") || o.GetKind() == "ServiceAccount":
+		case strings.HasPrefix(o.GetKind(), "Role") || strings.HasPrefix(o.GetKind(), "ClusterRole") || o.GetKind() == "ServiceAccount",
+			o.GetKind() == "PodDisruptionBudget":
 		default:
 			continue
 		}

@@ -377,6 +377,16 @@ func (s *Stream) SendResponseBody(chunk []byte, endOfStream bool, md Metadata) e
 	})
 }
 
+// SendResponseTrailers sends the response's trailers (Envoy's response_trailers, sent when the
+// upstream response ends with trailers and the processing mode asks for them: the body's last
+// response_body message then has end_of_stream false). A gRPC upstream's grpc-status is here.
+func (s *Stream) SendResponseTrailers(trailers []Header, md Metadata) error {
+	return s.Send(&extprocv3.ProcessingRequest{
+		Request:         &extprocv3.ProcessingRequest_ResponseTrailers{ResponseTrailers: &extprocv3.HttpTrailers{Trailers: HeaderMap(trailers)}},
+		MetadataContext: md.Proto(),
+	})
+}
+
 // TLSConfig builds the client TLS configuration for an EPP: insecureSkipVerify accepts any
 // certificate (self-signed serving certs, as upstream EPPs generate); otherwise caPEM, when
 // non-empty, is the only trusted root. serverName overrides the name checked (empty = from the

@@ -310,10 +310,15 @@ type Response struct {
 	// SubsetHint is repeated on the response messages when non-nil, as Envoy forwards the same
 	// metadata namespaces on every message.
 	SubsetHint []string
+	// Trailers, when set, end the response (response_trailers) after the chunks, the last of
+	// which then has end_of_stream false, as Envoy sends a response that ends with trailers.
+	Trailers []Header
 }
 
 // ResponseResult is what the EPP answered for the response phases.
 type ResponseResult struct {
+	// Trailers is set when the EPP answered the response_trailers message.
+	Trailers bool
 	// Headers set by the response_headers response (lower-case keys).
 	Headers map[string]string
 	// RemovedHeaders are header names the EPP asked to remove.
@@ -335,10 +340,13 @@ type ResponseResult struct {
 // streamed body with end_of_stream. Errors as for Exchange.
 func (s *Stream) Respond(ctx context.Context, resp Response) (*ResponseResult, error) {
 	md := Metadata{SubsetHint: resp.SubsetHint, Served: resp.Served}
-	noBody := len(resp.Chunks) == 0
+	noBody := len(resp.Chunks) == 0 && resp.Trailers == nil
 	sendErr := s.SendResponseHeaders(resp.Headers, noBody, md)
 	for i := 0; sendErr == nil && i < len(resp.Chunks); i++ {
-		sendErr = s.SendResponseBody(resp.Chunks[i], i == len(resp.Chunks)-1, md)
+		sendErr = s.SendResponseBody(resp.Chunks[i], i == len(resp.Chunks)-1 && resp.Trailers == nil, md)
+	}
+	if sendErr == nil && resp.Trailers != nil {
+		sendErr = s.SendResponseTrailers(resp.Trailers, md)
 	}
 	rr, err := s.ReadResponse(ctx, noBody)
 	if err != nil && sendErr != nil && rr.Immediate == nil {
@@ -406,6 +414,12 @@ func (rr *ResponseResult) Add(msg *extprocv3.ProcessingResponse, gotHeaders *boo
 	case *extprocv3.ProcessingResponse_ImmediateResponse:
 		rr.Immediate = immediateInfo(r.ImmediateResponse)
 		return false, nil
+	case *extprocv3.ProcessingResponse_ResponseTrailers:
+		if !*gotHeaders {
+			return false, fmt.Errorf("extprocclient: response_trailers response before the response_headers response: %w", ErrProtocol)
+		}
+		rr.Trailers = true
+		return true, nil // the trailers end the response
 	default:
 		return false, fmt.Errorf("extprocclient: unexpected %T during the response phases: %w", msg.Response, ErrProtocol)
 	}

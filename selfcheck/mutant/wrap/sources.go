@@ -16,6 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	giev1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
 
+	"github.com/eppkit/eppkit/conformance/endpointsource/apiserver"
+
 	"github.com/eppkit/eppkit/reference/datalayer"
 	"github.com/eppkit/eppkit/reference/director"
 	"github.com/eppkit/eppkit/reference/discovery"
@@ -70,6 +72,24 @@ var endpointMutants = map[mutant.Name]func(obj any, deleted bool) (any, bool){
 	},
 }
 
+// inEveryPool is the pool-selector-ignored mutant: every Pod of the namespace reads as labelled
+// for the pool (the apiserver endpoint source's label apiserver.PoolLabel), another pool's Pods
+// included, as an EPP that does not apply its pool's selector.
+func inEveryPool(pool string) func(obj any, deleted bool) (any, bool) {
+	return func(obj any, deleted bool) (any, bool) {
+		pod, ok := obj.(*corev1.Pod)
+		if !ok || deleted {
+			return obj, true
+		}
+		pod = pod.DeepCopy()
+		if pod.Labels == nil {
+			pod.Labels = map[string]string{}
+		}
+		pod.Labels[apiserver.PoolLabel] = pool
+		return pod, true
+	}
+}
+
 // EndpointMutants lists the endpoint-source mutants Reference applies: those PoolSource implements
 // and ready-before-sync.
 func EndpointMutants() []mutant.Name {
@@ -104,6 +124,9 @@ func PoolSource(cfg discovery.PoolConfig, m mutant.Name) (*discovery.InferencePo
 	var inf ctrlcache.Informers = c
 	if rewrite, ok := endpointMutants[m]; ok {
 		inf = informers{Informers: c, rewrite: rewrite}
+	}
+	if m == mutant.PoolSelectorIgnored {
+		inf = informers{Informers: c, rewrite: inEveryPool(cfg.Name)}
 	}
 	return discovery.NewInferencePoolOn(cfg, inf)
 }
@@ -366,7 +389,16 @@ func Reference(opts *eppserver.Options, pool *discovery.PoolConfig, dl datalayer
 	}
 	opts.Collector = c
 	opts.ModelRewrites = ModelRewrites(opts.ModelRewrites, m)
-	if _, ok := endpointMutants[m]; ok || m == mutant.ReadyBeforeSync {
+	switch m {
+	case mutant.FollowerServing:
+		// Only replicas with leader election are broken (the run's own target has none).
+		if opts.Leader != nil {
+			opts.Leader = alwaysLeader{opts.Leader}
+		}
+	case mutant.DrainDropsInFlight:
+		opts.DrainTimeout, opts.DrainHandover = time.Millisecond, 0
+	}
+	if _, ok := endpointMutants[m]; ok || m == mutant.ReadyBeforeSync || m == mutant.PoolSelectorIgnored {
 		if pool == nil {
 			return fmt.Errorf("mutant %s needs Kubernetes discovery (--pool-name)", m)
 		}
@@ -381,6 +413,13 @@ func Reference(opts *eppserver.Options, pool *discovery.PoolConfig, dl datalayer
 	}
 	return nil
 }
+
+// alwaysLeader is the leader election of the follower-serving mutant: it campaigns as the real
+// one does (the Lease has one holder) but reports this replica the leader whatever it holds.
+type alwaysLeader struct{ eppserver.Leader }
+
+// IsLeader is always true.
+func (alwaysLeader) IsLeader() bool { return true }
 
 // syncedFromStart is the InferencePool source of the ready-before-sync mutant: it reports itself
 // synced from the start, whether or not its pool exists, so the EPP's readiness turns SERVING

@@ -43,6 +43,8 @@ type Seen struct {
 	ResponseChunks int
 	// ResponseDone reports that a response_body with end_of_stream arrived.
 	ResponseDone bool
+	// ResponseTrailers are the response_trailers the gateway sent (nil: none).
+	ResponseTrailers map[string]string
 }
 
 // Script decides the server's answers. Nil functions take the defaults noted.
@@ -179,6 +181,15 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 			} else {
 				out = []*extprocv3.ProcessingResponse{StreamedBody(false, chunk, eos)}
 			}
+		case *extprocv3.ProcessingRequest_ResponseTrailers:
+			if cur == nil {
+				return errors.New("extproctest: response_trailers before request_headers")
+			}
+			s.mu.Lock()
+			cur.ResponseTrailers = headerMap(r.ResponseTrailers.GetTrailers())
+			cur.ResponseDone = true
+			s.mu.Unlock()
+			out = []*extprocv3.ProcessingResponse{{Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}}}
 		}
 		if err := send(out); err != nil {
 			return err
