@@ -94,7 +94,8 @@ func inEveryPool(pool string) func(obj any, deleted bool) (any, bool) {
 // and ready-before-sync.
 func EndpointMutants() []mutant.Name {
 	out := make([]mutant.Name, 0, len(endpointMutants))
-	out = append(out, mutant.ReadyBeforeSync) // decorates the source's sync state, not its events
+	// ready-before-sync decorates the source's sync state, pool-selector-ignored its pool's label.
+	out = append(out, mutant.ReadyBeforeSync, mutant.PoolSelectorIgnored)
 	for n := range endpointMutants {
 		out = append(out, n)
 	}
