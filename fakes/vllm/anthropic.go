@@ -247,3 +247,12 @@ func (s *Server) handleCountTokens(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, CountTokensResponse{InputTokens: req.prompts[0].numTokens()})
 }
+
+// fail ends a Messages stream with Anthropic's error event, {"type":"error","error":{"type",
+// "message"}}, the envelope of apiMessages.writeError.
+func (m *messagesStream) fail(sw *sseWriter, e *APIError) {
+	b, _ := json.Marshal(anthropicErrorBody{Type: "error", Error: anthropicError{Type: e.Type, Message: e.Message}})
+	sw.buf = append(sw.buf, "event: error\ndata: "...)
+	sw.buf = append(sw.buf, b...)
+	sw.buf = append(sw.buf, "\n\n"...)
+}

@@ -2,6 +2,7 @@ package vllm
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -44,6 +45,22 @@ func (s *Server) handleAPI(w http.ResponseWriter, r *http.Request, api apiKind) 
 		api.writeError(w, apiErr)
 		return
 	}
+	forced := ""
+	if v := r.Header.Get(HeaderReturnError); v != "" {
+		re, apiErr := ParseReturnError(v)
+		switch {
+		case apiErr != nil:
+			api.writeError(w, apiErr)
+			return
+		case re.Kind != "":
+			forced = re.Kind
+		case re.midStream() && req.stream:
+			req.failStatus, req.failAfter = re.Status, re.AfterTokens
+		default:
+			api.writeError(w, simReturnError(re.Status))
+			return
+		}
+	}
 	lora, ok := s.resolveModel(req.model)
 	if !ok {
 		api.writeError(w, NewAPIError(http.StatusNotFound, "model", "The model `%s` does not exist.", req.model))
@@ -58,7 +75,7 @@ func (s *Server) handleAPI(w http.ResponseWriter, r *http.Request, api apiKind) 
 			return
 		}
 	}
-	abort, proceed := s.injectFailure(w, r, api)
+	abort, proceed := s.injectFailure(w, r, api, forced)
 	if !proceed {
 		return
 	}
@@ -108,11 +125,15 @@ func (s *Server) handleAPI(w http.ResponseWriter, r *http.Request, api apiKind) 
 	}
 }
 
-// injectFailure rolls the failure injection. proceed is false when the request was answered
-// (an injected error in the API's shape, a reset, or the client leaving during a slow first
-// byte); abort asks the caller to cut the response midway.
-func (s *Server) injectFailure(w http.ResponseWriter, r *http.Request, api apiKind) (abort, proceed bool) {
-	switch kind := s.pickFailure(); kind {
+// injectFailure rolls the failure injection, or injects kind when it is not empty (an
+// X-Return-Error failure kind). proceed is false when the request was answered (an injected
+// error in the API's shape, a reset, or the client leaving during a slow first byte); abort asks
+// the caller to cut the response midway.
+func (s *Server) injectFailure(w http.ResponseWriter, r *http.Request, api apiKind, kind string) (abort, proceed bool) {
+	if kind == "" {
+		kind = s.pickFailure()
+	}
+	switch kind {
 	case "":
 	case FailureReset:
 		resetConnection(w)
@@ -310,7 +331,12 @@ type streamFormat interface {
 	token(sw *sseWriter, i int, text string, first bool)
 	// end writes the closing events: finish holds each choice's finish reason.
 	end(sw *sseWriter, finish []string, u Usage)
+	// fail writes the API's in-stream error event for e, which ends the stream.
+	fail(sw *sseWriter, e *APIError)
 }
+
+// errStreamFailed ends a stream that X-Return-Error failed midway.
+var errStreamFailed = errors.New("stream failed by " + HeaderReturnError)
 
 func (s *Server) streamFormat(req *genRequest, runs []*choiceRun, id string, created int64) streamFormat {
 	switch req.api {
@@ -345,7 +371,17 @@ func (s *Server) serveStream(w http.ResponseWriter, ctx context.Context, eng *ra
 		}
 	}
 	var pending []time.Time // due times of tokens written but not yet flushed
+	emitted := 0
+	failStream := func() error {
+		f.fail(sw, simReturnError(req.failStatus))
+		_ = sw.flush()
+		return errStreamFailed
+	}
 	emit := func(i int, ev engine.Event, buffered bool) error {
+		if req.failStatus != 0 && emitted == req.failAfter {
+			return failStream()
+		}
+		emitted++
 		c := runs[i]
 		s.record(eng, c, ev)
 		text := ""
@@ -386,6 +422,10 @@ func (s *Server) serveStream(w http.ResponseWriter, ctx context.Context, eng *ra
 			}
 		}
 	} else if !s.streamMany(ctx, runs, emit) {
+		return
+	}
+	if req.failStatus != 0 {
+		_ = failStream() // the point of failure is at or past the last token
 		return
 	}
 	finish := make([]string, len(runs))
@@ -639,4 +679,16 @@ func appendCompletionResponse(b []byte, chat bool, id, model string, created int
 	b = append(b, `],"usage":`...)
 	b = appendUsage(b, u, false)
 	return append(b, '}')
+}
+
+// fail ends an OpenAI stream as vLLM ends one whose generator raised (serving_chat.py and
+// serving_completion.py: create_streaming_error_response, then [DONE]): the error object of
+// the JSON error response as one data event.
+func (o *openAIStream) fail(sw *sseWriter, e *APIError) {
+	sw.buf = append(sw.buf, "data: "...)
+	b, _ := json.Marshal(struct {
+		Error *APIError `json:"error"`
+	}{e})
+	sw.buf = append(sw.buf, b...)
+	sw.buf = append(sw.buf, "\n\ndata: [DONE]\n\n"...)
 }

@@ -120,6 +120,9 @@ type genRequest struct {
 	// n is the number of choices per prompt (the request's n; 0 means 1).
 	n         int
 	cacheSalt string
+	// failStatus, when not 0, fails a streamed response with this status after failAfter
+	// output tokens (X-Return-Error "N@K").
+	failStatus, failAfter int
 	// instructions is the Responses API's instructions (echoed in the response object).
 	instructions *string
 	// Embeddings: the vector length and whether to encode vectors as base64.
