@@ -60,7 +60,9 @@ var apis = map[string]api{
 	"completions": {"/v1/completions", func(m string, n int) string {
 		return fmt.Sprintf(`{"model":%q,"stream":true,"max_tokens":%d,"prompt":"measure the inter token gap"}`, m, n)
 	}, func(l []byte) bool {
-		return bytes.HasPrefix(l, []byte("data: {")) && bytes.Contains(l, []byte(`"finish_reason":null`))
+		// A token chunk has text; vLLM's last one also carries the finish_reason, OpenAI's
+		// separate finishing chunk (--stream-finish openai) has none.
+		return bytes.HasPrefix(l, []byte("data: {")) && bytes.Contains(l, []byte(`"text":"`)) && !bytes.Contains(l, []byte(`"text":"",`))
 	}},
 	"messages": {"/v1/messages", func(m string, n int) string {
 		return fmt.Sprintf(`{"model":%q,"stream":true,"max_tokens":%d,"messages":[{"role":"user","content":"measure the inter token gap"}]}`, m, n)

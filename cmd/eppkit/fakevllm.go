@@ -54,8 +54,11 @@ Deterministic errors, per request, with the simulator's X-Return-Error header:
   X-Return-Error: KIND      one of --failure-types' kinds (rate_limit, invalid_api_key,
                             context_length, server_error, invalid_request, model_not_found, abort,
                             reset, slow-first-byte), injected exactly
-Statuses outside 400-599 and other values are refused with 400 naming the header
-(docs/fake-vllm.md).`,
+Statuses outside 400-599 and other values are refused with 400 naming the header.
+
+Streams are shaped like vLLM's: finish_reason on the last token chunk (--stream-finish openai:
+a separate chunk with an empty delta, as OpenAI); a chat request with tools is answered with a
+tool call (tool_choice none: text), streamed as tool_calls deltas (docs/fake-vllm.md).`,
 		DisableFlagParsing: true,
 		SilenceUsage:       true,
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -184,7 +184,7 @@ type messagesStream struct {
 
 func (m *messagesStream) begin(*sseWriter) {}
 
-func (m *messagesStream) token(sw *sseWriter, _ int, text string, first bool) {
+func (m *messagesStream) token(sw *sseWriter, _ int, text string, first bool, _ string) {
 	if first {
 		sw.buf = append(sw.buf, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":"...)
 		sw.buf = appendJSONString(sw.buf, "msg_"+m.id)

@@ -378,7 +378,19 @@ type Config struct {
 	// load balancing: one server on Port in front of DPSize engines, each engine's series
 	// labelled engine="0".."N-1"). Internal needs a v1 generation (not MetricsLegacy).
 	DataParallelMode string `json:"data-parallel-mode"`
+	// StreamFinish is where an OpenAI completions or chat stream puts each choice's
+	// finish_reason: StreamFinishVLLM (the default) on the choice's last token chunk, as vLLM's
+	// serving_chat.py and serving_completion.py do (the output that finishes carries its last
+	// text and the reason), or StreamFinishOpenAI in a chunk of its own after the last token,
+	// with an empty delta (chat) or empty text (completions), as OpenAI's API does.
+	StreamFinish string `json:"stream-finish"`
 }
+
+// Stream finish placements (Config.StreamFinish, --stream-finish).
+const (
+	StreamFinishVLLM   = "vllm"
+	StreamFinishOpenAI = "openai"
+)
 
 // Data-parallel modes (Config.DataParallelMode, --data-parallel-mode).
 const (
@@ -408,6 +420,7 @@ func DefaultConfig() Config {
 		EmbeddingDim:          DefaultEmbeddingDim,
 		MetricsNames:          MetricsCurrent,
 		DataParallelMode:      DataParallelPorts,
+		StreamFinish:          StreamFinishVLLM,
 		Host:                  "127.0.0.1",
 		PodName:               os.Getenv("POD_NAME"),
 		PodNamespace:          os.Getenv("POD_NAMESPACE"),
@@ -524,6 +537,11 @@ func (c *Config) Validate() error {
 	default:
 		return fmt.Errorf("data-parallel-mode: want %s or %s, got %q", DataParallelPorts, DataParallelInternal, c.DataParallelMode)
 	}
+	switch c.StreamFinish {
+	case StreamFinishVLLM, StreamFinishOpenAI:
+	default:
+		return fmt.Errorf("stream-finish: want %s or %s, got %q", StreamFinishVLLM, StreamFinishOpenAI, c.StreamFinish)
+	}
 	if c.DataParallelMode == DataParallelInternal && c.MetricsNames == MetricsLegacy {
 		return errors.New("data-parallel-mode: internal needs the v1 engine's metrics (metrics-names current or both); vLLM's v0 engine had no internal data parallelism")
 	}
@@ -590,7 +608,7 @@ func init() {
 		"fake-metrics", "failure-injection-rate", "failure-types", "data-parallel-size",
 		"max-request-body-size-mb", "host", "pod-name", "pod-namespace", "gauge-only",
 		"slow-first-byte-delay", "default-embedding-dimensions", "enable-lora", "metrics-names",
-		"data-parallel-mode"} {
+		"data-parallel-mode", "stream-finish"} {
 		configFileKeys[k] = true
 	}
 }

@@ -150,6 +150,7 @@ func BindFlags(fs *pflag.FlagSet, cfg *Config) *FlagValues {
 	fs.BoolVar(&cfg.EnableLoRA, "enable-lora", cfg.EnableLoRA, "[eppkit, vLLM's flag] Turn LoRA on (max-loras 1 unless set); LoRA is also on with --max-loras N > 0 or --lora-modules")
 	fs.StringVar(&cfg.MetricsNames, "metrics-names", cfg.MetricsNames, "[eppkit] vLLM metric-name generation on /metrics: current (vLLM v0.11+: kv_cache_usage_perc, engine labels), legacy (v0 engine before v0.10: gpu_cache_usage_perc, model_name only) or both (v0.9-v0.10)")
 	fs.StringVar(&cfg.DataParallelMode, "data-parallel-mode", cfg.DataParallelMode, "[eppkit] How --data-parallel-size ranks are served: ports (rank i on port+i, the simulator's) or internal (one server on --port in front of N engines, series labelled engine=0..N-1, vLLM's internal load balancing)")
+	fs.StringVar(&cfg.StreamFinish, "stream-finish", cfg.StreamFinish, "[eppkit] Where completions and chat streams put finish_reason: vllm (on the last token chunk, as vLLM) or openai (a separate chunk with an empty delta, as OpenAI)")
 	for _, f := range IgnoredSimFlags {
 		usage := "llm-d-inference-sim flag, accepted and ignored"
 		short := ""
@@ -306,6 +307,8 @@ func copyFlagField(name string, src, dst *Config) {
 		dst.MetricsNames = src.MetricsNames
 	case "data-parallel-mode":
 		dst.DataParallelMode = src.DataParallelMode
+	case "stream-finish":
+		dst.StreamFinish = src.StreamFinish
 	}
 }
 

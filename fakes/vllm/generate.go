@@ -161,6 +161,15 @@ func (s *Server) injectFailure(w http.ResponseWriter, r *http.Request, api apiKi
 func (s *Server) planRuns(req *genRequest) ([]*choiceRun, *APIError) {
 	n := max(req.n, 1)
 	runs := make([]*choiceRun, 0, len(req.prompts)*n)
+	if req.toolMode != "" {
+		s.rngMu.Lock()
+		plan, err := planToolCall(s.rng, req.toolMode, req.toolNamed, req.tools)
+		s.rngMu.Unlock()
+		if err != nil {
+			return nil, NewAPIError(http.StatusBadRequest, "tools", "%v", err)
+		}
+		req.tool = plan
+	}
 	maxLen := s.cfg.MaxModelLen
 	for i, p := range req.prompts {
 		promptTokens := p.numTokens()
@@ -188,7 +197,9 @@ func (s *Server) planRuns(req *genRequest) ([]*choiceRun, *APIError) {
 		// them (chat has one prompt, so j).
 		for j := 0; j < n; j++ {
 			var out []engine.Token
-			if s.cfg.Mode == ModeEcho {
+			if req.tool != nil {
+				out = engine.Tokenize(req.tool.args) // the call's arguments are the output
+			} else if s.cfg.Mode == ModeEcho {
 				out = req.echo[i]
 			} else {
 				s.rngMu.Lock()
@@ -198,7 +209,7 @@ func (s *Server) planRuns(req *genRequest) ([]*choiceRun, *APIError) {
 			finish := engine.FinishStop
 			if len(out) > limit {
 				out, finish = out[:limit], engine.FinishLength
-			} else if maxTok > 0 && len(out) == maxTok && s.cfg.Mode == ModeRandom {
+			} else if maxTok > 0 && len(out) == maxTok && s.cfg.Mode == ModeRandom && req.tool == nil {
 				finish = engine.FinishLength
 			}
 			runs = append(runs, &choiceRun{prompt: p, sampleOf: j, out: out, finish: finish})
@@ -291,7 +302,7 @@ func (s *Server) serveJSON(w http.ResponseWriter, ctx context.Context, eng *rank
 		o := responsesObject{id: id, model: req.model, created: created, instructions: req.instructions, maxOutput: req.maxTokens}
 		b = o.appendResponse(nil, true, runs[0].text(), runs[0].finish, u)
 	default:
-		b = appendCompletionResponse(nil, req.api == apiChat, id, req.model, created, runs, u)
+		b = appendCompletionResponse(nil, req.api == apiChat, id, req.model, created, runs, u, req.tool)
 	}
 	writeBody(w, b, abort)
 }
@@ -327,8 +338,9 @@ func writeBody(w http.ResponseWriter, b []byte, abort bool) {
 type streamFormat interface {
 	// begin writes what goes out before any token (flushed at once when not empty).
 	begin(sw *sseWriter)
-	// token writes one output token of choice i; first marks that choice's first token.
-	token(sw *sseWriter, i int, text string, first bool)
+	// token writes one output token of choice i; first marks that choice's first token, finish
+	// is the choice's finish reason when this token is its last ("" before).
+	token(sw *sseWriter, i int, text string, first bool, finish string)
 	// end writes the closing events: finish holds each choice's finish reason.
 	end(sw *sseWriter, finish []string, u Usage)
 	// fail writes the API's in-stream error event for e, which ends the stream.
@@ -347,6 +359,8 @@ func (s *Server) streamFormat(req *genRequest, runs []*choiceRun, id string, cre
 			instructions: req.instructions, maxOutput: req.maxTokens}}
 	}
 	o := newOpenAIStream(req.api == apiChat, id, req.model, created, req.includeUsage)
+	o.finishOnLast = s.cfg.StreamFinish == StreamFinishVLLM
+	o.tool = req.tool
 	if req.continuousUsage {
 		o.promptTokens = make([]int, len(runs))
 		o.completionTokens = make([]int, len(runs))
@@ -388,7 +402,11 @@ func (s *Server) serveStream(w http.ResponseWriter, ctx context.Context, eng *ra
 		if ev.Index < len(c.out) {
 			text = c.out[ev.Index].Text
 		}
-		f.token(sw, i, text, c.n == 1)
+		finish := ""
+		if ev.Final {
+			finish = c.finish
+		}
+		f.token(sw, i, text, c.n == 1, finish)
 		pending = append(pending, ev.At)
 		if !buffered || abort {
 			if err := sw.flush(); err != nil {
@@ -528,8 +546,17 @@ func (s *sseWriter) flush() error {
 // choice chunk also carries that choice's usage so far, as vLLM's serving_chat.py and
 // serving_completion.py write it: prompt tokens, completion tokens generated until then (0 in
 // the role chunk), their total.
+//
+// finishOnLast (Config.StreamFinish vllm) puts a choice's finish_reason, with "stop_reason":null,
+// on its last token chunk, as vLLM does; otherwise (openai) a chunk of its own follows the last
+// token with an empty delta or text. With a tool call (tool set, chat only) the tokens are the
+// call's arguments: the first token chunk carries the call's id, type, name and first argument
+// text in delta.tool_calls, later ones only {"index":0,"function":{"arguments":...}}, and the
+// finish reason is "tool_calls" (vLLM serving_chat.py, named tool_choice streaming).
 type openAIStream struct {
 	chat, includeUsage bool
+	finishOnLast       bool
+	tool               *toolPlan
 	prefix             []byte // `data: {"id":..,"object":..,"created":..,"model":..,"choices":[`
 	// promptTokens and completionTokens are per choice, set only with continuous usage.
 	promptTokens, completionTokens []int
@@ -577,7 +604,7 @@ func (o *openAIStream) choice(sw *sseWriter, i int) {
 	sw.buf = strconv.AppendInt(sw.buf, int64(i), 10)
 }
 
-func (o *openAIStream) token(sw *sseWriter, i int, text string, first bool) {
+func (o *openAIStream) token(sw *sseWriter, i int, text string, first bool, finish string) {
 	if o.chat && first {
 		o.choice(sw, i)
 		sw.buf = append(sw.buf, `,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}`...)
@@ -587,29 +614,60 @@ func (o *openAIStream) token(sw *sseWriter, i int, text string, first bool) {
 		o.completionTokens[i]++
 	}
 	o.choice(sw, i)
-	if o.chat {
+	switch {
+	case o.chat && o.tool != nil:
+		sw.buf = append(sw.buf, `,"delta":{"tool_calls":[{`...)
+		if first {
+			sw.buf = append(sw.buf, `"id":`...)
+			sw.buf = appendJSONString(sw.buf, o.tool.id)
+			sw.buf = append(sw.buf, `,"type":"function","index":0,"function":{"name":`...)
+			sw.buf = appendJSONString(sw.buf, o.tool.name)
+			sw.buf = append(sw.buf, `,"arguments":`...)
+		} else {
+			sw.buf = append(sw.buf, `"index":0,"function":{"arguments":`...)
+		}
+		sw.buf = appendJSONString(sw.buf, text)
+		sw.buf = append(sw.buf, `}}]},"logprobs":null`...)
+	case o.chat:
 		sw.buf = append(sw.buf, `,"delta":{"content":`...)
 		sw.buf = appendJSONString(sw.buf, text)
-		sw.buf = append(sw.buf, `},"logprobs":null,"finish_reason":null}`...)
-	} else {
+		sw.buf = append(sw.buf, `},"logprobs":null`...)
+	default:
 		sw.buf = append(sw.buf, `,"text":`...)
 		sw.buf = appendJSONString(sw.buf, text)
-		sw.buf = append(sw.buf, `,"logprobs":null,"finish_reason":null}`...)
+		sw.buf = append(sw.buf, `,"logprobs":null`...)
 	}
+	o.appendFinish(sw, finish != "" && o.finishOnLast, finish)
 	o.closeChunk(sw, i)
 }
 
+// appendFinish closes a choice object: `,"finish_reason":null}` before the end, or the reason
+// (tool_calls for a tool call) and vLLM's "stop_reason":null on the finishing chunk.
+func (o *openAIStream) appendFinish(sw *sseWriter, finishing bool, reason string) {
+	if !finishing {
+		sw.buf = append(sw.buf, `,"finish_reason":null}`...)
+		return
+	}
+	if o.tool != nil {
+		reason = o.tool.streamFinish()
+	}
+	sw.buf = append(sw.buf, `,"finish_reason":`...)
+	sw.buf = appendJSONString(sw.buf, reason)
+	sw.buf = append(sw.buf, `,"stop_reason":null}`...)
+}
+
 func (o *openAIStream) end(sw *sseWriter, finish []string, u Usage) {
-	for i, reason := range finish {
-		o.choice(sw, i)
-		if o.chat {
-			sw.buf = append(sw.buf, `,"delta":{},"logprobs":null,"finish_reason":`...)
-		} else {
-			sw.buf = append(sw.buf, `,"text":"","logprobs":null,"finish_reason":`...)
+	if !o.finishOnLast {
+		for i, reason := range finish {
+			o.choice(sw, i)
+			if o.chat {
+				sw.buf = append(sw.buf, `,"delta":{},"logprobs":null`...)
+			} else {
+				sw.buf = append(sw.buf, `,"text":"","logprobs":null`...)
+			}
+			o.appendFinish(sw, true, reason)
+			o.closeChunk(sw, i)
 		}
-		sw.buf = appendJSONString(sw.buf, reason)
-		sw.buf = append(sw.buf, '}')
-		o.closeChunk(sw, i)
 	}
 	if o.includeUsage {
 		sw.buf = append(sw.buf, o.prefix...)
@@ -644,7 +702,10 @@ func appendUsage(b []byte, u Usage, stream bool) []byte {
 
 // appendCompletionResponse appends a non-streaming completions or chat completions response:
 // one choice per run, in order.
-func appendCompletionResponse(b []byte, chat bool, id, model string, created int64, runs []*choiceRun, u Usage) []byte {
+// A tool call (tool, chat only) is the message {"role":"assistant","content":"" (null for
+// tool_choice auto),"tool_calls":[{"id","type":"function","function":{"name","arguments"}}]},
+// with toolPlan.jsonFinish's finish reason (vLLM chat_completion_full_generator).
+func appendCompletionResponse(b []byte, chat bool, id, model string, created int64, runs []*choiceRun, u Usage, tool *toolPlan) []byte {
 	b = append(b, `{"id":`...)
 	if chat {
 		b = appendJSONString(b, "chatcmpl-"+id)
@@ -664,16 +725,33 @@ func appendCompletionResponse(b []byte, chat bool, id, model string, created int
 		}
 		b = append(b, `{"index":`...)
 		b = strconv.AppendInt(b, int64(i), 10)
-		if chat {
+		finish := c.finish
+		switch {
+		case chat && tool != nil:
+			content := `""`
+			if tool.mode == toolChoiceAuto {
+				content = "null"
+			}
+			b = append(b, `,"message":{"role":"assistant","content":`...)
+			b = append(b, content...)
+			b = append(b, `,"tool_calls":[{"id":`...)
+			b = appendJSONString(b, tool.id)
+			b = append(b, `,"type":"function","function":{"name":`...)
+			b = appendJSONString(b, tool.name)
+			b = append(b, `,"arguments":`...)
+			b = appendJSONString(b, c.text())
+			b = append(b, `}}]}`...)
+			finish = tool.jsonFinish(c.finish)
+		case chat:
 			b = append(b, `,"message":{"role":"assistant","content":`...)
 			b = appendJSONString(b, c.text())
 			b = append(b, '}')
-		} else {
+		default:
 			b = append(b, `,"text":`...)
 			b = appendJSONString(b, c.text())
 		}
 		b = append(b, `,"finish_reason":`...)
-		b = appendJSONString(b, c.finish)
+		b = appendJSONString(b, finish)
 		b = append(b, '}')
 	}
 	b = append(b, `],"usage":`...)

@@ -255,7 +255,7 @@ func (r *responsesStream) begin(sw *sseWriter) {
 	}
 }
 
-func (r *responsesStream) token(sw *sseWriter, _ int, text string, first bool) {
+func (r *responsesStream) token(sw *sseWriter, _ int, text string, first bool, _ string) {
 	if first {
 		r.event(sw, "response.output_item.added")
 		sw.buf = append(sw.buf, `,"output_index":0,"item":`...)

@@ -23,7 +23,8 @@ import (
 //     vLLM's serving_chat.py ends a stream whose generator raised; /v1/messages: Anthropic's
 //     `event: error`; /v1/responses: an `error` event). A request that does not stream
 //     answers N before any byte (there is no later point to fail at). K at or past the last
-//     token fails after the last token and before the finishing chunk.
+//     token fails after the last token (whose chunk carries the finish_reason with vLLM's
+//     placement, Config.StreamFinish; with OpenAI's the finishing chunk is not sent).
 //   - eppkit: a failure kind of --failure-types (AllFailureTypes: the simulator's six,
 //     rate_limit ... model_not_found, with their predefined errors, and eppkit's abort, reset,
 //     slow-first-byte), injected as the rate-based injection would inject it.
