@@ -125,6 +125,16 @@ require (
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
 )
 
+require (
+	github.com/go-zeromq/zmq4 v0.17.0
+	github.com/vmihailenco/msgpack/v5 v5.4.1
+)
+
+require (
+	github.com/go-zeromq/goczmq/v4 v4.2.2 // indirect
+	github.com/vmihailenco/tagparser/v2 v2.0.0 // indirect
+)
+
 tool (
 	github.com/onsi/ginkgo/v2/ginkgo
 	honnef.co/go/tools/cmd/staticcheck

@@ -58,7 +58,14 @@ Statuses outside 400-599 and other values are refused with 400 naming the header
 
 Streams are shaped like vLLM's: finish_reason on the last token chunk (--stream-finish openai:
 a separate chunk with an empty delta, as OpenAI); a chat request with tools is answered with a
-tool call (tool_choice none: text), streamed as tool_calls deltas (docs/fake-vllm.md).`,
+tool call (tool_choice none: text), streamed as tool_calls deltas.
+
+KV-cache events as vLLM publishes them (with --enable-kvcache): --kv-events-config
+'{"enable_kv_cache_events":true,"endpoint":"tcp://*:5557","replay_endpoint":"tcp://*:5558"}'
+(vLLM's KVEventsConfig JSON; "*" binds --host; rank i on port+i), msgpack KVEventBatch on ZMQ PUB
+with sequence numbers and the replay socket; block hashes are vLLM's sha256_cbor seeded by
+--hash-seed (default PYTHONHASHSEED, else --seed); POST /reset_prefix_cache clears the cache
+(docs/fake-vllm.md).`,
 		DisableFlagParsing: true,
 		SilenceUsage:       true,
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -91,9 +91,10 @@ func (s *Server) handleAPI(w http.ResponseWriter, r *http.Request, api apiKind) 
 	}
 	ctx := r.Context()
 	eng := s.pickEngine()
+	loraID := s.loraID(lora)
 	for i, c := range runs {
 		ereq := engine.Request{ID: id, Model: s.cfg.Model, LoRA: lora, Prompt: c.prompt.text, TokenIDs: c.prompt.ids,
-			MaxTokens: max(len(c.out), 1), FinishReason: c.finish, CacheSalt: req.cacheSalt}
+			MaxTokens: max(len(c.out), 1), FinishReason: c.finish, CacheSalt: req.cacheSalt, LoRAID: loraID}
 		if api == apiEmbeddings {
 			ereq.MaxTokens, ereq.PrefillOnly = 0, true
 		}

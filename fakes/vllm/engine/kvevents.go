@@ -228,3 +228,19 @@ func (e *Engine) ResetPrefixCache() error {
 	}
 	return nil
 }
+
+// CachedBlockHashes returns vLLM's hashes (VLLMBlockHasher) of every block in the prefix cache,
+// in no particular order: the set a subscriber that applied every event holds. Empty unless
+// Config.KVEvents is set.
+func (e *Engine) CachedBlockHashes() []uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.pool.events {
+		return nil
+	}
+	out := make([]uint64, 0, len(e.pool.byHash))
+	for _, idx := range e.pool.byHash {
+		out = append(out, e.pool.blocks[idx].ext)
+	}
+	return out
+}
