@@ -181,19 +181,19 @@ type testSubscriber struct {
 	endpoint, replay string
 	topicPrefix      string
 
-	mu      sync.Mutex
+	mu       sync.Mutex
 	next     uint64 // next expected seq
 	have     bool
 	lastLive uint64 // the last seq received live
 	haveLive bool
-	index   map[uint64]bool
-	applied []uint64 // seqs applied, in order, of the current publisher life
-	lives   int      // publisher lives seen (restarts + 1)
-	stored  int
-	removed int
-	cleared int
-	errs    []string
-	seen    []subBatch
+	index    map[uint64]bool
+	applied  []uint64 // seqs applied, in order, of the current publisher life
+	lives    int      // publisher lives seen (restarts + 1)
+	stored   int
+	removed  int
+	cleared  int
+	errs     []string
+	seen     []subBatch
 }
 
 func newTestSubscriber(t *testing.T, endpoint, replay, topicPrefix string) *testSubscriber {

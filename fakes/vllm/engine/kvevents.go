@@ -2,8 +2,8 @@ package engine
 
 import (
 	"crypto/sha256"
-	"errors"
 	"encoding/binary"
+	"errors"
 	"time"
 )
 

@@ -27,13 +27,13 @@ func TestParseConfig(t *testing.T) {
 		`{"enable_kv_cache_events":"yes"}`:                      `field "enable_kv_cache_events" must be bool`,
 		`{"buffer_steps":1.5}`:                                  `field "buffer_steps" must be int`,
 		`{"publisher":"kafka"}`:                                 `field "publisher" must be "zmq" or "null"`,
-		`{"endpoint":"ipc:///tmp/x"}`:                          `field "endpoint": "ipc:///tmp/x" is not a tcp://`,
-		`{"endpoint":"tcp://host"}`:                            `field "endpoint": "tcp://host" has no host:port`,
-		`{"replay_endpoint":"tcp://*:99999"}`:                  `field "replay_endpoint": "tcp://*:99999" has no port`,
-		`{"hwm":-1}`:                                           `field "hwm" must be at least 0`,
-		`{"max_queue_size":0}`:                                 `field "max_queue_size" must be at least 1`,
-		`{"topic":"a"} {}`:                                     `trailing data`,
-		`[1]`:                                                  `want a JSON object`,
+		`{"endpoint":"ipc:///tmp/x"}`:                           `field "endpoint": "ipc:///tmp/x" is not a tcp://`,
+		`{"endpoint":"tcp://host"}`:                             `field "endpoint": "tcp://host" has no host:port`,
+		`{"replay_endpoint":"tcp://*:99999"}`:                   `field "replay_endpoint": "tcp://*:99999" has no port`,
+		`{"hwm":-1}`:                                            `field "hwm" must be at least 0`,
+		`{"max_queue_size":0}`:                                  `field "max_queue_size" must be at least 1`,
+		`{"topic":"a"} {}`:                                      `trailing data`,
+		`[1]`:                                                   `want a JSON object`,
 	} {
 		if _, err := ParseConfig(in); err == nil || !strings.Contains(err.Error(), want) || !strings.HasPrefix(err.Error(), "kv-events-config: ") {
 			t.Errorf("%s: error %v, want one containing %q", in, err, want)

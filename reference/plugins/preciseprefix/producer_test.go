@@ -72,15 +72,15 @@ func TestDecodeParameters(t *testing.T) {
 		t.Fatalf("upstream's sample parameters: %+v %v", p, err)
 	}
 	for raw, want := range map[string]string{
-		`{"kvEventsConfig":{"engineType":"sglang"}}`:                       "kvEventsConfig.engineType",
-		`{"kvEventsConfig":{"zmqEndpoint":"tcp://*:5557"}}`:                "kvEventsConfig.zmqEndpoint",
-		`{"kvEventsConfig":{"podDiscoveryConfig":{"socketPort":0}}}`:       "podDiscoveryConfig.socketPort",
+		`{"kvEventsConfig":{"engineType":"sglang"}}`:                        "kvEventsConfig.engineType",
+		`{"kvEventsConfig":{"zmqEndpoint":"tcp://*:5557"}}`:                 "kvEventsConfig.zmqEndpoint",
+		`{"kvEventsConfig":{"podDiscoveryConfig":{"socketPort":0}}}`:        "podDiscoveryConfig.socketPort",
 		`{"kvEventsConfig":{"podDiscoveryConfig":{"replaySocketPort":-1}}}`: "replaySocketPort",
-		`{"tokenProcessorConfig":{"blockSizeTokens":-1}}`:                  "blockSizeTokens",
-		`{"speculativeIndexing":true}`:                                     "speculativeIndexing",
-		`{"indexerConfig":{"tokenizersPoolConfig":{}}}`:                    "tokenizersPoolConfig",
-		`{"tokenizer":"hf"}`:                                               "parameters.tokenizer",
-		`{"kvEventsConfig":{"topicFiltr":"kv@"}}`:                          "topicFiltr",
+		`{"tokenProcessorConfig":{"blockSizeTokens":-1}}`:                   "blockSizeTokens",
+		`{"speculativeIndexing":true}`:                                      "speculativeIndexing",
+		`{"indexerConfig":{"tokenizersPoolConfig":{}}}`:                     "tokenizersPoolConfig",
+		`{"tokenizer":"hf"}`:                                                "parameters.tokenizer",
+		`{"kvEventsConfig":{"topicFiltr":"kv@"}}`:                           "topicFiltr",
 	} {
 		if _, err := DecodeParameters([]byte(raw)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want an error naming %s", raw, err, want)
