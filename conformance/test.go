@@ -76,6 +76,10 @@ const (
 	// (upstream v1.5.0 pkg/epp/requestcontrol/candidates.go). GIE proposal 004 lists ip:port
 	// addresses, so the core EPP profile checks hints that carry the pool's own ip:port only.
 	FeatureSubsetHintIPMatching Feature = "SubsetHintIPMatching"
+	// FeaturePrecisePrefixCache: prefix routing that follows the KV-cache events each model
+	// server publishes over ZMQ (llm-d-router v0.10.0 precise-prefix-cache-producer), at
+	// tcp://<endpoint IP>:5557 (replay 5558).
+	FeaturePrecisePrefixCache Feature = "PrecisePrefixCache"
 )
 
 // AllFeatures lists every Feature in a stable order.
@@ -83,7 +87,7 @@ var AllFeatures = []Feature{
 	FeatureOpenAIRequestParsing, FeaturePrefixCacheAffinity, FeatureQueueAwareness,
 	FeatureKVCacheAwareness, FeatureLoRAAffinity, FeaturePredictedLatency,
 	FeatureRequestShedding, FeatureEndpointChurn, FeatureDataParallelRanks,
-	FeatureSubsetHintIPMatching,
+	FeatureSubsetHintIPMatching, FeaturePrecisePrefixCache,
 }
 
 // ConformanceTest is one rule, as data. Register it from an init() in conformance/tests/<name>.go.
