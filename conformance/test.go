@@ -81,6 +81,10 @@ const (
 	// and routing through disruptions (llm-d-router v0.10.0 test/e2e e2e_test.go leader election,
 	// disruption_test.go; issue 33).
 	FeatureHighAvailability Feature = "HighAvailability"
+	// FeaturePrecisePrefixCache: prefix routing that follows the KV-cache events each model
+	// server publishes over ZMQ (llm-d-router v0.10.0 precise-prefix-cache-producer), at
+	// tcp://<endpoint IP>:5557 (replay 5558).
+	FeaturePrecisePrefixCache Feature = "PrecisePrefixCache"
 )
 
 // AllFeatures lists every Feature in a stable order.
@@ -88,7 +92,7 @@ var AllFeatures = []Feature{
 	FeatureOpenAIRequestParsing, FeaturePrefixCacheAffinity, FeatureQueueAwareness,
 	FeatureKVCacheAwareness, FeatureLoRAAffinity, FeaturePredictedLatency,
 	FeatureRequestShedding, FeatureEndpointChurn, FeatureDataParallelRanks,
-	FeatureSubsetHintIPMatching, FeatureHighAvailability,
+	FeatureSubsetHintIPMatching, FeatureHighAvailability, FeaturePrecisePrefixCache,
 }
 
 // ConformanceTest is one rule, as data. Register it from an init() in conformance/tests/<name>.go.

@@ -37,6 +37,11 @@ type Options struct {
 	ServerPID int
 	// Ramp spreads the workers' first requests evenly over this span (--ramp; 0: all at once).
 	Ramp time.Duration
+	// PromptTokens, when > 0, makes every request's prompt unique and PromptTokens tokens long
+	// (--prompt-tokens): words "w<worker>r<round>t<k> ", one dummy-tokenizer token each, so
+	// each request fills new KV blocks and, once the pool is full, evicts others (the load that
+	// KV events publish). 0 sends one short prompt every time.
+	PromptTokens int
 	// API is the streaming API to load (--api): chat (default), completions, messages
 	// (Anthropic) or responses (OpenAI Responses).
 	API string
@@ -46,27 +51,29 @@ type Options struct {
 // lines that carry one output token each.
 type api struct {
 	path  string
-	body  func(model string, maxTokens int) string
+	body  func(model, prompt string, maxTokens int) string
 	token func(line []byte) bool
 }
 
 // apis are the streaming APIs Run can drive, by Options.API name.
 var apis = map[string]api{
-	"chat": {"/v1/chat/completions", func(m string, n int) string {
-		return fmt.Sprintf(`{"model":%q,"stream":true,"max_tokens":%d,"messages":[{"role":"user","content":"measure the inter token gap"}]}`, m, n)
+	"chat": {"/v1/chat/completions", func(m, p string, n int) string {
+		return fmt.Sprintf(`{"model":%q,"stream":true,"max_tokens":%d,"messages":[{"role":"user","content":%q}]}`, m, n, p)
 	}, func(l []byte) bool {
 		return bytes.HasPrefix(l, []byte("data: {")) && bytes.Contains(l, []byte(`"content":`)) && !bytes.Contains(l, []byte(`"role"`))
 	}},
-	"completions": {"/v1/completions", func(m string, n int) string {
-		return fmt.Sprintf(`{"model":%q,"stream":true,"max_tokens":%d,"prompt":"measure the inter token gap"}`, m, n)
+	"completions": {"/v1/completions", func(m, p string, n int) string {
+		return fmt.Sprintf(`{"model":%q,"stream":true,"max_tokens":%d,"prompt":%q}`, m, n, p)
 	}, func(l []byte) bool {
-		return bytes.HasPrefix(l, []byte("data: {")) && bytes.Contains(l, []byte(`"finish_reason":null`))
+		// A token chunk has text; vLLM's last one also carries the finish_reason, OpenAI's
+		// separate finishing chunk (--stream-finish openai) has none.
+		return bytes.HasPrefix(l, []byte("data: {")) && bytes.Contains(l, []byte(`"text":"`)) && !bytes.Contains(l, []byte(`"text":"",`))
 	}},
-	"messages": {"/v1/messages", func(m string, n int) string {
-		return fmt.Sprintf(`{"model":%q,"stream":true,"max_tokens":%d,"messages":[{"role":"user","content":"measure the inter token gap"}]}`, m, n)
+	"messages": {"/v1/messages", func(m, p string, n int) string {
+		return fmt.Sprintf(`{"model":%q,"stream":true,"max_tokens":%d,"messages":[{"role":"user","content":%q}]}`, m, n, p)
 	}, func(l []byte) bool { return bytes.HasPrefix(l, []byte(`data: {"type":"content_block_delta"`)) }},
-	"responses": {"/v1/responses", func(m string, n int) string {
-		return fmt.Sprintf(`{"model":%q,"stream":true,"max_output_tokens":%d,"input":"measure the inter token gap"}`, m, n)
+	"responses": {"/v1/responses", func(m, p string, n int) string {
+		return fmt.Sprintf(`{"model":%q,"stream":true,"max_output_tokens":%d,"input":%q}`, m, n, p)
 	}, func(l []byte) bool { return bytes.HasPrefix(l, []byte(`data: {"type":"response.output_text.delta"`)) }},
 }
 
@@ -119,7 +126,17 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	tr := &http.Transport{MaxIdleConns: concurrency, MaxIdleConnsPerHost: concurrency,
 		DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext}
 	client := &http.Client{Transport: tr}
-	body := la.body(model, maxTokens)
+	body := la.body(model, "measure the inter token gap", maxTokens)
+	bodyOf := func(w, r int) string {
+		if o.PromptTokens <= 0 {
+			return body
+		}
+		var p strings.Builder
+		for k := range o.PromptTokens {
+			fmt.Fprintf(&p, "w%dr%dt%d ", w, r, k)
+		}
+		return la.body(model, p.String(), maxTokens)
+	}
 	res := &Result{serverCPU: -1}
 	var mu sync.Mutex
 	c0, err := procstat.CPUSeconds(os.Getpid())
@@ -145,7 +162,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			var firstErr string
 			for r := 0; r < rounds; r++ {
 				t0 := time.Now()
-				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url+la.path, strings.NewReader(body))
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url+la.path, strings.NewReader(bodyOf(w, r)))
 				req.Header.Set("Content-Type", "application/json")
 				resp, err := client.Do(req)
 				if err != nil {

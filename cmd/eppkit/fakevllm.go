@@ -44,7 +44,28 @@ port with engine-labelled series.
 Flags are llm-d-inference-sim v0.10.2's (durations as Go strings such as 10ms; a bare integer is
 taken as milliseconds, as older simulator releases did). Multi-value flags take space-separated
 values as the simulator does: --lora-modules '{"name": "a"}' '{"name": "b"}'. Simulator flags this
-fake does not model are accepted and ignored with a warning. SIGINT/SIGTERM shut down cleanly.`,
+fake does not model are accepted and ignored with a warning. SIGINT/SIGTERM shut down cleanly.
+
+Deterministic errors, per request, with the simulator's X-Return-Error header:
+  X-Return-Error: 503       status 503 and the simulator's JSON error before any byte (streams too)
+  X-Return-Error: 500@3     [eppkit] a stream sends 3 tokens, then the API's in-stream error event
+                            (OpenAI: data: {"error":{...,"code":500}} then data: [DONE]); not
+                            streamed: 500 before any byte
+  X-Return-Error: KIND      one of --failure-types' kinds (rate_limit, invalid_api_key,
+                            context_length, server_error, invalid_request, model_not_found, abort,
+                            reset, slow-first-byte), injected exactly
+Statuses outside 400-599 and other values are refused with 400 naming the header.
+
+Streams are shaped like vLLM's: finish_reason on the last token chunk (--stream-finish openai:
+a separate chunk with an empty delta, as OpenAI); a chat request with tools is answered with a
+tool call (tool_choice none: text), streamed as tool_calls deltas.
+
+KV-cache events as vLLM publishes them (with --enable-kvcache): --kv-events-config
+'{"enable_kv_cache_events":true,"endpoint":"tcp://*:5557","replay_endpoint":"tcp://*:5558"}'
+(vLLM's KVEventsConfig JSON; "*" binds --host; rank i on port+i), msgpack KVEventBatch on ZMQ PUB
+with sequence numbers and the replay socket; block hashes are vLLM's sha256_cbor seeded by
+--hash-seed (default PYTHONHASHSEED, else --seed); POST /reset_prefix_cache clears the cache
+(docs/fake-vllm.md).`,
 		DisableFlagParsing: true,
 		SilenceUsage:       true,
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -39,6 +39,7 @@ func newFakeVLLMLoadtestCommand() *cobra.Command {
 	f.IntVar(&o.ServerPID, "server-pid", 0, "PID of the server process, to report its CPU over the run")
 	f.DurationVar(&timeout, "timeout", 5*time.Minute, "Overall timeout")
 	f.DurationVar(&o.Ramp, "ramp", 0, "Spread the workers' first requests evenly over this span (0: all at once)")
+	f.IntVar(&o.PromptTokens, "prompt-tokens", 0, "Unique prompts of this many tokens per request (0: one short prompt), so every request stores KV blocks")
 	f.StringVar(&o.API, "api", "chat", "Streaming API to load: chat, completions, messages (Anthropic) or responses (OpenAI Responses)")
 	return cmd
 }

@@ -184,7 +184,7 @@ type messagesStream struct {
 
 func (m *messagesStream) begin(*sseWriter) {}
 
-func (m *messagesStream) token(sw *sseWriter, _ int, text string, first bool) {
+func (m *messagesStream) token(sw *sseWriter, _ int, text string, first bool, _ string) {
 	if first {
 		sw.buf = append(sw.buf, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":"...)
 		sw.buf = appendJSONString(sw.buf, "msg_"+m.id)
@@ -246,4 +246,13 @@ func (s *Server) handleCountTokens(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, CountTokensResponse{InputTokens: req.prompts[0].numTokens()})
+}
+
+// fail ends a Messages stream with Anthropic's error event, {"type":"error","error":{"type",
+// "message"}}, the envelope of apiMessages.writeError.
+func (m *messagesStream) fail(sw *sseWriter, e *APIError) {
+	b, _ := json.Marshal(anthropicErrorBody{Type: "error", Error: anthropicError{Type: e.Type, Message: e.Message}})
+	sw.buf = append(sw.buf, "event: error\ndata: "...)
+	sw.buf = append(sw.buf, b...)
+	sw.buf = append(sw.buf, "\n\n"...)
 }

@@ -152,8 +152,7 @@ func TestCompletionPromptForms(t *testing.T) {
 		}
 		idx := at(m, "choices", 0, "index").(float64)
 		if f := at(m, "choices", 0, "finish_reason"); f != nil {
-			finishes++
-			continue
+			finishes++ // vLLM's placement: the last token chunk carries the reason
 		}
 		perChoice[idx] += at(m, "choices", 0, "text").(string)
 	}

@@ -14,6 +14,8 @@ import (
 	"unicode"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/eppkit/eppkit/fakes/vllm/kvevents"
 )
 
 // Response generation modes, as llm-d-inference-sim's --mode.
@@ -378,7 +380,42 @@ type Config struct {
 	// load balancing: one server on Port in front of DPSize engines, each engine's series
 	// labelled engine="0".."N-1"). Internal needs a v1 generation (not MetricsLegacy).
 	DataParallelMode string `json:"data-parallel-mode"`
+	// StreamFinish is where an OpenAI completions or chat stream puts each choice's
+	// finish_reason: StreamFinishVLLM (the default) on the choice's last token chunk, as vLLM's
+	// serving_chat.py and serving_completion.py do (the output that finishes carries its last
+	// text and the reason), or StreamFinishOpenAI in a chunk of its own after the last token,
+	// with an empty delta (chat) or empty text (completions), as OpenAI's API does.
+	StreamFinish string `json:"stream-finish"`
+	// KVEvents is vLLM's --kv-events-config (kvevents.Config): with enable_kv_cache_events each
+	// engine publishes its KV-cache events over ZMQ (docs/fake-vllm.md). It needs
+	// EnableKVCache: only prefix-cached blocks are reported.
+	KVEvents kvevents.Config `json:"kv-events-config"`
+	// HashSeed is vLLM's PYTHONHASHSEED for the events' block hashes (the simulator's
+	// --hash-seed); when empty, env PYTHONHASHSEED, else Seed in decimal (vLLM would use random
+	// bytes, which no subscriber could reproduce).
+	HashSeed string `json:"hash-seed"`
+	// UseVLLMMapEventFormat encodes events as maps instead of positional arrays (the
+	// simulator's --use-vllm-map-event-format; kvevents.EncodeBatch).
+	UseVLLMMapEventFormat bool `json:"use-vllm-map-event-format"`
 }
+
+// EventsHashSeed is the seed of the events' block hashes: HashSeed, else env PYTHONHASHSEED,
+// else Seed in decimal.
+func (c *Config) EventsHashSeed() string {
+	if c.HashSeed != "" {
+		return c.HashSeed
+	}
+	if v := os.Getenv("PYTHONHASHSEED"); v != "" {
+		return v
+	}
+	return strconv.FormatInt(c.Seed, 10)
+}
+
+// Stream finish placements (Config.StreamFinish, --stream-finish).
+const (
+	StreamFinishVLLM   = "vllm"
+	StreamFinishOpenAI = "openai"
+)
 
 // Data-parallel modes (Config.DataParallelMode, --data-parallel-mode).
 const (
@@ -408,6 +445,8 @@ func DefaultConfig() Config {
 		EmbeddingDim:          DefaultEmbeddingDim,
 		MetricsNames:          MetricsCurrent,
 		DataParallelMode:      DataParallelPorts,
+		StreamFinish:          StreamFinishVLLM,
+		KVEvents:              kvevents.DefaultConfig(),
 		Host:                  "127.0.0.1",
 		PodName:               os.Getenv("POD_NAME"),
 		PodNamespace:          os.Getenv("POD_NAMESPACE"),
@@ -524,6 +563,17 @@ func (c *Config) Validate() error {
 	default:
 		return fmt.Errorf("data-parallel-mode: want %s or %s, got %q", DataParallelPorts, DataParallelInternal, c.DataParallelMode)
 	}
+	if err := c.KVEvents.Validate(); err != nil {
+		return err
+	}
+	if c.KVEvents.Enabled() && !c.EnableKVCache {
+		return errors.New("kv-events-config: enable_kv_cache_events needs --enable-kvcache: vLLM publishes only the blocks of its prefix cache")
+	}
+	switch c.StreamFinish {
+	case StreamFinishVLLM, StreamFinishOpenAI:
+	default:
+		return fmt.Errorf("stream-finish: want %s or %s, got %q", StreamFinishVLLM, StreamFinishOpenAI, c.StreamFinish)
+	}
 	if c.DataParallelMode == DataParallelInternal && c.MetricsNames == MetricsLegacy {
 		return errors.New("data-parallel-mode: internal needs the v1 engine's metrics (metrics-names current or both); vLLM's v0 engine had no internal data parallelism")
 	}
@@ -590,7 +640,7 @@ func init() {
 		"fake-metrics", "failure-injection-rate", "failure-types", "data-parallel-size",
 		"max-request-body-size-mb", "host", "pod-name", "pod-namespace", "gauge-only",
 		"slow-first-byte-delay", "default-embedding-dimensions", "enable-lora", "metrics-names",
-		"data-parallel-mode"} {
+		"data-parallel-mode", "stream-finish", "hash-seed", "use-vllm-map-event-format"} {
 		configFileKeys[k] = true
 	}
 }
@@ -627,6 +677,17 @@ func LoadConfigFile(path string, c *Config) (ignored []string, err error) {
 				}
 				c.LoraModules = append(c.LoraModules, m)
 			}
+		case k == "kv-events-config":
+			raw := string(v)
+			var str string
+			if json.Unmarshal(v, &str) == nil {
+				raw = str // the flag's JSON as a string
+			}
+			kc, err := kvevents.ParseConfig(raw)
+			if err != nil {
+				return nil, fmt.Errorf("config %s: %w", path, err)
+			}
+			c.KVEvents = kc
 		case configFileKeys[k]:
 			known[k] = v
 		case slices.ContainsFunc(IgnoredSimFlags, func(f IgnoredFlag) bool { return f.Name == k }):

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/spf13/pflag"
+
+	"github.com/eppkit/eppkit/fakes/vllm/kvevents"
 )
 
 // IgnoredFlag is a flag llm-d-inference-sim accepts and this fake does not model.
@@ -21,7 +23,8 @@ type IgnoredFlag struct {
 
 // IgnoredSimFlags are llm-d-inference-sim's flags (pkg/common/parser.go ParseCommandParamsAndLoadConfig,
 // v0.10.x) that are accepted and ignored with a warning: P/D transfer latencies, tool-call
-// generation, KV events over ZMQ, datasets, tokenizer service, TLS, sleep mode, multimodal and
+// generation, the simulator's own KV-event socket flags (the fake publishes with vLLM's
+// --kv-events-config instead), datasets, tokenizer service, TLS, sleep mode, multimodal and
 // the flags the simulator itself ignores.
 var IgnoredSimFlags = []IgnoredFlag{
 	{Name: "kv-cache-transfer-latency"},
@@ -33,9 +36,9 @@ var IgnoredSimFlags = []IgnoredFlag{
 	{Name: "tool-call-not-required-param-probability"},
 	{Name: "object-tool-call-not-required-field-probability"},
 	{Name: "tool-call-extra-call-probability"}, {Name: "skip-tool-validation", Bool: true},
-	{Name: "global-cache-hit-threshold"}, {Name: "hash-seed"}, {Name: "zmq-endpoint"},
+	{Name: "global-cache-hit-threshold"}, {Name: "zmq-endpoint"},
 	{Name: "kv-events-replay-endpoint"}, {Name: "kv-events-replay-queue-size"},
-	{Name: "event-batch-size"}, {Name: "use-vllm-map-event-format", Bool: true},
+	{Name: "event-batch-size"},
 	{Name: "data-parallel-rank"},
 	{Name: "dataset-path"}, {Name: "dataset-url"}, {Name: "dataset-in-memory", Bool: true},
 	{Name: "dataset-table-name"},
@@ -99,6 +102,7 @@ type FlagValues struct {
 	configFile   string
 	served       []string
 	loras        []string
+	kvEvents     string
 	fakeMetrics  []string
 	failureTypes []string
 	ignored      map[string]*string
@@ -150,6 +154,10 @@ func BindFlags(fs *pflag.FlagSet, cfg *Config) *FlagValues {
 	fs.BoolVar(&cfg.EnableLoRA, "enable-lora", cfg.EnableLoRA, "[eppkit, vLLM's flag] Turn LoRA on (max-loras 1 unless set); LoRA is also on with --max-loras N > 0 or --lora-modules")
 	fs.StringVar(&cfg.MetricsNames, "metrics-names", cfg.MetricsNames, "[eppkit] vLLM metric-name generation on /metrics: current (vLLM v0.11+: kv_cache_usage_perc, engine labels), legacy (v0 engine before v0.10: gpu_cache_usage_perc, model_name only) or both (v0.9-v0.10)")
 	fs.StringVar(&cfg.DataParallelMode, "data-parallel-mode", cfg.DataParallelMode, "[eppkit] How --data-parallel-size ranks are served: ports (rank i on port+i, the simulator's) or internal (one server on --port in front of N engines, series labelled engine=0..N-1, vLLM's internal load balancing)")
+	fs.StringVar(&v.kvEvents, "kv-events-config", "", `[vLLM's flag] KV-cache events over ZMQ, vLLM's KVEventsConfig as JSON: {"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:5557","replay_endpoint":"tcp://*:5558","buffer_steps":10000,"hwm":100000,"max_queue_size":100000,"topic":""}; "*" binds the --host address; rank i uses port+i; needs --enable-kvcache; an empty topic is kv@<host>:<port>@<model>`)
+	fs.StringVar(&cfg.HashSeed, "hash-seed", cfg.HashSeed, "Seed of the KV events' block hashes (vLLM's PYTHONHASHSEED; default: env PYTHONHASHSEED, else --seed)")
+	fs.BoolVar(&cfg.UseVLLMMapEventFormat, "use-vllm-map-event-format", cfg.UseVLLMMapEventFormat, "Encode KV events as msgpack maps with field names (vLLM after PR #42892) instead of positional arrays")
+	fs.StringVar(&cfg.StreamFinish, "stream-finish", cfg.StreamFinish, "[eppkit] Where completions and chat streams put finish_reason: vllm (on the last token chunk, as vLLM) or openai (a separate chunk with an empty delta, as OpenAI)")
 	for _, f := range IgnoredSimFlags {
 		usage := "llm-d-inference-sim flag, accepted and ignored"
 		short := ""
@@ -198,6 +206,13 @@ func (v *FlagValues) Finish() (warnings []string, err error) {
 			}
 			cfg.LoraModules = append(cfg.LoraModules, m)
 		}
+	}
+	if v.fs.Changed("kv-events-config") {
+		kc, err := kvevents.ParseConfig(v.kvEvents)
+		if err != nil {
+			return nil, fmt.Errorf("--%w", err)
+		}
+		cfg.KVEvents = kc
 	}
 	if len(v.fakeMetrics) > 1 {
 		return nil, fmt.Errorf("--fake-metrics: takes one JSON object, got %d values", len(v.fakeMetrics))
@@ -306,6 +321,12 @@ func copyFlagField(name string, src, dst *Config) {
 		dst.MetricsNames = src.MetricsNames
 	case "data-parallel-mode":
 		dst.DataParallelMode = src.DataParallelMode
+	case "stream-finish":
+		dst.StreamFinish = src.StreamFinish
+	case "hash-seed":
+		dst.HashSeed = src.HashSeed
+	case "use-vllm-map-event-format":
+		dst.UseVLLMMapEventFormat = src.UseVLLMMapEventFormat
 	}
 }
 

@@ -2,6 +2,7 @@ package vllm
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -44,6 +45,22 @@ func (s *Server) handleAPI(w http.ResponseWriter, r *http.Request, api apiKind) 
 		api.writeError(w, apiErr)
 		return
 	}
+	forced := ""
+	if v := r.Header.Get(HeaderReturnError); v != "" {
+		re, apiErr := ParseReturnError(v)
+		switch {
+		case apiErr != nil:
+			api.writeError(w, apiErr)
+			return
+		case re.Kind != "":
+			forced = re.Kind
+		case re.midStream() && req.stream:
+			req.failStatus, req.failAfter = re.Status, re.AfterTokens
+		default:
+			api.writeError(w, simReturnError(re.Status))
+			return
+		}
+	}
 	lora, ok := s.resolveModel(req.model)
 	if !ok {
 		api.writeError(w, NewAPIError(http.StatusNotFound, "model", "The model `%s` does not exist.", req.model))
@@ -58,7 +75,7 @@ func (s *Server) handleAPI(w http.ResponseWriter, r *http.Request, api apiKind) 
 			return
 		}
 	}
-	abort, proceed := s.injectFailure(w, r, api)
+	abort, proceed := s.injectFailure(w, r, api, forced)
 	if !proceed {
 		return
 	}
@@ -74,9 +91,10 @@ func (s *Server) handleAPI(w http.ResponseWriter, r *http.Request, api apiKind) 
 	}
 	ctx := r.Context()
 	eng := s.pickEngine()
+	loraID := s.loraID(lora)
 	for i, c := range runs {
 		ereq := engine.Request{ID: id, Model: s.cfg.Model, LoRA: lora, Prompt: c.prompt.text, TokenIDs: c.prompt.ids,
-			MaxTokens: max(len(c.out), 1), FinishReason: c.finish, CacheSalt: req.cacheSalt}
+			MaxTokens: max(len(c.out), 1), FinishReason: c.finish, CacheSalt: req.cacheSalt, LoRAID: loraID}
 		if api == apiEmbeddings {
 			ereq.MaxTokens, ereq.PrefillOnly = 0, true
 		}
@@ -108,11 +126,15 @@ func (s *Server) handleAPI(w http.ResponseWriter, r *http.Request, api apiKind) 
 	}
 }
 
-// injectFailure rolls the failure injection. proceed is false when the request was answered
-// (an injected error in the API's shape, a reset, or the client leaving during a slow first
-// byte); abort asks the caller to cut the response midway.
-func (s *Server) injectFailure(w http.ResponseWriter, r *http.Request, api apiKind) (abort, proceed bool) {
-	switch kind := s.pickFailure(); kind {
+// injectFailure rolls the failure injection, or injects kind when it is not empty (an
+// X-Return-Error failure kind). proceed is false when the request was answered (an injected
+// error in the API's shape, a reset, or the client leaving during a slow first byte); abort asks
+// the caller to cut the response midway.
+func (s *Server) injectFailure(w http.ResponseWriter, r *http.Request, api apiKind, kind string) (abort, proceed bool) {
+	if kind == "" {
+		kind = s.pickFailure()
+	}
+	switch kind {
 	case "":
 	case FailureReset:
 		resetConnection(w)
@@ -140,6 +162,15 @@ func (s *Server) injectFailure(w http.ResponseWriter, r *http.Request, api apiKi
 func (s *Server) planRuns(req *genRequest) ([]*choiceRun, *APIError) {
 	n := max(req.n, 1)
 	runs := make([]*choiceRun, 0, len(req.prompts)*n)
+	if req.toolMode != "" {
+		s.rngMu.Lock()
+		plan, err := planToolCall(s.rng, req.toolMode, req.toolNamed, req.tools)
+		s.rngMu.Unlock()
+		if err != nil {
+			return nil, NewAPIError(http.StatusBadRequest, "tools", "%v", err)
+		}
+		req.tool = plan
+	}
 	maxLen := s.cfg.MaxModelLen
 	for i, p := range req.prompts {
 		promptTokens := p.numTokens()
@@ -167,7 +198,9 @@ func (s *Server) planRuns(req *genRequest) ([]*choiceRun, *APIError) {
 		// them (chat has one prompt, so j).
 		for j := 0; j < n; j++ {
 			var out []engine.Token
-			if s.cfg.Mode == ModeEcho {
+			if req.tool != nil {
+				out = engine.Tokenize(req.tool.args) // the call's arguments are the output
+			} else if s.cfg.Mode == ModeEcho {
 				out = req.echo[i]
 			} else {
 				s.rngMu.Lock()
@@ -177,7 +210,7 @@ func (s *Server) planRuns(req *genRequest) ([]*choiceRun, *APIError) {
 			finish := engine.FinishStop
 			if len(out) > limit {
 				out, finish = out[:limit], engine.FinishLength
-			} else if maxTok > 0 && len(out) == maxTok && s.cfg.Mode == ModeRandom {
+			} else if maxTok > 0 && len(out) == maxTok && s.cfg.Mode == ModeRandom && req.tool == nil {
 				finish = engine.FinishLength
 			}
 			runs = append(runs, &choiceRun{prompt: p, sampleOf: j, out: out, finish: finish})
@@ -270,7 +303,7 @@ func (s *Server) serveJSON(w http.ResponseWriter, ctx context.Context, eng *rank
 		o := responsesObject{id: id, model: req.model, created: created, instructions: req.instructions, maxOutput: req.maxTokens}
 		b = o.appendResponse(nil, true, runs[0].text(), runs[0].finish, u)
 	default:
-		b = appendCompletionResponse(nil, req.api == apiChat, id, req.model, created, runs, u)
+		b = appendCompletionResponse(nil, req.api == apiChat, id, req.model, created, runs, u, req.tool)
 	}
 	writeBody(w, b, abort)
 }
@@ -306,11 +339,17 @@ func writeBody(w http.ResponseWriter, b []byte, abort bool) {
 type streamFormat interface {
 	// begin writes what goes out before any token (flushed at once when not empty).
 	begin(sw *sseWriter)
-	// token writes one output token of choice i; first marks that choice's first token.
-	token(sw *sseWriter, i int, text string, first bool)
+	// token writes one output token of choice i; first marks that choice's first token, finish
+	// is the choice's finish reason when this token is its last ("" before).
+	token(sw *sseWriter, i int, text string, first bool, finish string)
 	// end writes the closing events: finish holds each choice's finish reason.
 	end(sw *sseWriter, finish []string, u Usage)
+	// fail writes the API's in-stream error event for e, which ends the stream.
+	fail(sw *sseWriter, e *APIError)
 }
+
+// errStreamFailed ends a stream that X-Return-Error failed midway.
+var errStreamFailed = errors.New("stream failed by " + HeaderReturnError)
 
 func (s *Server) streamFormat(req *genRequest, runs []*choiceRun, id string, created int64) streamFormat {
 	switch req.api {
@@ -321,6 +360,8 @@ func (s *Server) streamFormat(req *genRequest, runs []*choiceRun, id string, cre
 			instructions: req.instructions, maxOutput: req.maxTokens}}
 	}
 	o := newOpenAIStream(req.api == apiChat, id, req.model, created, req.includeUsage)
+	o.finishOnLast = s.cfg.StreamFinish == StreamFinishVLLM
+	o.tool = req.tool
 	if req.continuousUsage {
 		o.promptTokens = make([]int, len(runs))
 		o.completionTokens = make([]int, len(runs))
@@ -345,14 +386,28 @@ func (s *Server) serveStream(w http.ResponseWriter, ctx context.Context, eng *ra
 		}
 	}
 	var pending []time.Time // due times of tokens written but not yet flushed
+	emitted := 0
+	failStream := func() error {
+		f.fail(sw, simReturnError(req.failStatus))
+		_ = sw.flush()
+		return errStreamFailed
+	}
 	emit := func(i int, ev engine.Event, buffered bool) error {
+		if req.failStatus != 0 && emitted == req.failAfter {
+			return failStream()
+		}
+		emitted++
 		c := runs[i]
 		s.record(eng, c, ev)
 		text := ""
 		if ev.Index < len(c.out) {
 			text = c.out[ev.Index].Text
 		}
-		f.token(sw, i, text, c.n == 1)
+		finish := ""
+		if ev.Final {
+			finish = c.finish
+		}
+		f.token(sw, i, text, c.n == 1, finish)
 		pending = append(pending, ev.At)
 		if !buffered || abort {
 			if err := sw.flush(); err != nil {
@@ -386,6 +441,10 @@ func (s *Server) serveStream(w http.ResponseWriter, ctx context.Context, eng *ra
 			}
 		}
 	} else if !s.streamMany(ctx, runs, emit) {
+		return
+	}
+	if req.failStatus != 0 {
+		_ = failStream() // the point of failure is at or past the last token
 		return
 	}
 	finish := make([]string, len(runs))
@@ -488,8 +547,17 @@ func (s *sseWriter) flush() error {
 // choice chunk also carries that choice's usage so far, as vLLM's serving_chat.py and
 // serving_completion.py write it: prompt tokens, completion tokens generated until then (0 in
 // the role chunk), their total.
+//
+// finishOnLast (Config.StreamFinish vllm) puts a choice's finish_reason, with "stop_reason":null,
+// on its last token chunk, as vLLM does; otherwise (openai) a chunk of its own follows the last
+// token with an empty delta or text. With a tool call (tool set, chat only) the tokens are the
+// call's arguments: the first token chunk carries the call's id, type, name and first argument
+// text in delta.tool_calls, later ones only {"index":0,"function":{"arguments":...}}, and the
+// finish reason is "tool_calls" (vLLM serving_chat.py, named tool_choice streaming).
 type openAIStream struct {
 	chat, includeUsage bool
+	finishOnLast       bool
+	tool               *toolPlan
 	prefix             []byte // `data: {"id":..,"object":..,"created":..,"model":..,"choices":[`
 	// promptTokens and completionTokens are per choice, set only with continuous usage.
 	promptTokens, completionTokens []int
@@ -537,7 +605,7 @@ func (o *openAIStream) choice(sw *sseWriter, i int) {
 	sw.buf = strconv.AppendInt(sw.buf, int64(i), 10)
 }
 
-func (o *openAIStream) token(sw *sseWriter, i int, text string, first bool) {
+func (o *openAIStream) token(sw *sseWriter, i int, text string, first bool, finish string) {
 	if o.chat && first {
 		o.choice(sw, i)
 		sw.buf = append(sw.buf, `,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}`...)
@@ -547,29 +615,60 @@ func (o *openAIStream) token(sw *sseWriter, i int, text string, first bool) {
 		o.completionTokens[i]++
 	}
 	o.choice(sw, i)
-	if o.chat {
+	switch {
+	case o.chat && o.tool != nil:
+		sw.buf = append(sw.buf, `,"delta":{"tool_calls":[{`...)
+		if first {
+			sw.buf = append(sw.buf, `"id":`...)
+			sw.buf = appendJSONString(sw.buf, o.tool.id)
+			sw.buf = append(sw.buf, `,"type":"function","index":0,"function":{"name":`...)
+			sw.buf = appendJSONString(sw.buf, o.tool.name)
+			sw.buf = append(sw.buf, `,"arguments":`...)
+		} else {
+			sw.buf = append(sw.buf, `"index":0,"function":{"arguments":`...)
+		}
+		sw.buf = appendJSONString(sw.buf, text)
+		sw.buf = append(sw.buf, `}}]},"logprobs":null`...)
+	case o.chat:
 		sw.buf = append(sw.buf, `,"delta":{"content":`...)
 		sw.buf = appendJSONString(sw.buf, text)
-		sw.buf = append(sw.buf, `},"logprobs":null,"finish_reason":null}`...)
-	} else {
+		sw.buf = append(sw.buf, `},"logprobs":null`...)
+	default:
 		sw.buf = append(sw.buf, `,"text":`...)
 		sw.buf = appendJSONString(sw.buf, text)
-		sw.buf = append(sw.buf, `,"logprobs":null,"finish_reason":null}`...)
+		sw.buf = append(sw.buf, `,"logprobs":null`...)
 	}
+	o.appendFinish(sw, finish != "" && o.finishOnLast, finish)
 	o.closeChunk(sw, i)
 }
 
+// appendFinish closes a choice object: `,"finish_reason":null}` before the end, or the reason
+// (tool_calls for a tool call) and vLLM's "stop_reason":null on the finishing chunk.
+func (o *openAIStream) appendFinish(sw *sseWriter, finishing bool, reason string) {
+	if !finishing {
+		sw.buf = append(sw.buf, `,"finish_reason":null}`...)
+		return
+	}
+	if o.tool != nil {
+		reason = o.tool.streamFinish()
+	}
+	sw.buf = append(sw.buf, `,"finish_reason":`...)
+	sw.buf = appendJSONString(sw.buf, reason)
+	sw.buf = append(sw.buf, `,"stop_reason":null}`...)
+}
+
 func (o *openAIStream) end(sw *sseWriter, finish []string, u Usage) {
-	for i, reason := range finish {
-		o.choice(sw, i)
-		if o.chat {
-			sw.buf = append(sw.buf, `,"delta":{},"logprobs":null,"finish_reason":`...)
-		} else {
-			sw.buf = append(sw.buf, `,"text":"","logprobs":null,"finish_reason":`...)
+	if !o.finishOnLast {
+		for i, reason := range finish {
+			o.choice(sw, i)
+			if o.chat {
+				sw.buf = append(sw.buf, `,"delta":{},"logprobs":null`...)
+			} else {
+				sw.buf = append(sw.buf, `,"text":"","logprobs":null`...)
+			}
+			o.appendFinish(sw, true, reason)
+			o.closeChunk(sw, i)
 		}
-		sw.buf = appendJSONString(sw.buf, reason)
-		sw.buf = append(sw.buf, '}')
-		o.closeChunk(sw, i)
 	}
 	if o.includeUsage {
 		sw.buf = append(sw.buf, o.prefix...)
@@ -604,7 +703,10 @@ func appendUsage(b []byte, u Usage, stream bool) []byte {
 
 // appendCompletionResponse appends a non-streaming completions or chat completions response:
 // one choice per run, in order.
-func appendCompletionResponse(b []byte, chat bool, id, model string, created int64, runs []*choiceRun, u Usage) []byte {
+// A tool call (tool, chat only) is the message {"role":"assistant","content":"" (null for
+// tool_choice auto),"tool_calls":[{"id","type":"function","function":{"name","arguments"}}]},
+// with toolPlan.jsonFinish's finish reason (vLLM chat_completion_full_generator).
+func appendCompletionResponse(b []byte, chat bool, id, model string, created int64, runs []*choiceRun, u Usage, tool *toolPlan) []byte {
 	b = append(b, `{"id":`...)
 	if chat {
 		b = appendJSONString(b, "chatcmpl-"+id)
@@ -624,19 +726,48 @@ func appendCompletionResponse(b []byte, chat bool, id, model string, created int
 		}
 		b = append(b, `{"index":`...)
 		b = strconv.AppendInt(b, int64(i), 10)
-		if chat {
+		finish := c.finish
+		switch {
+		case chat && tool != nil:
+			content := `""`
+			if tool.mode == toolChoiceAuto {
+				content = "null"
+			}
+			b = append(b, `,"message":{"role":"assistant","content":`...)
+			b = append(b, content...)
+			b = append(b, `,"tool_calls":[{"id":`...)
+			b = appendJSONString(b, tool.id)
+			b = append(b, `,"type":"function","function":{"name":`...)
+			b = appendJSONString(b, tool.name)
+			b = append(b, `,"arguments":`...)
+			b = appendJSONString(b, c.text())
+			b = append(b, `}}]}`...)
+			finish = tool.jsonFinish(c.finish)
+		case chat:
 			b = append(b, `,"message":{"role":"assistant","content":`...)
 			b = appendJSONString(b, c.text())
 			b = append(b, '}')
-		} else {
+		default:
 			b = append(b, `,"text":`...)
 			b = appendJSONString(b, c.text())
 		}
 		b = append(b, `,"finish_reason":`...)
-		b = appendJSONString(b, c.finish)
+		b = appendJSONString(b, finish)
 		b = append(b, '}')
 	}
 	b = append(b, `],"usage":`...)
 	b = appendUsage(b, u, false)
 	return append(b, '}')
+}
+
+// fail ends an OpenAI stream as vLLM ends one whose generator raised (serving_chat.py and
+// serving_completion.py: create_streaming_error_response, then [DONE]): the error object of
+// the JSON error response as one data event.
+func (o *openAIStream) fail(sw *sseWriter, e *APIError) {
+	sw.buf = append(sw.buf, "data: "...)
+	b, _ := json.Marshal(struct {
+		Error *APIError `json:"error"`
+	}{e})
+	sw.buf = append(sw.buf, b...)
+	sw.buf = append(sw.buf, "\n\ndata: [DONE]\n\n"...)
 }

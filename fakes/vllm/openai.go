@@ -93,6 +93,7 @@ type CompletionRequest struct {
 	Prompt              json.RawMessage `json:"prompt,omitempty"`
 	Messages            []ChatMessage   `json:"messages,omitempty"`
 	Tools               json.RawMessage `json:"tools,omitempty"`
+	ToolChoice          json.RawMessage `json:"tool_choice,omitempty"`
 	Stream              bool            `json:"stream"`
 	StreamOptions       *StreamOptions  `json:"stream_options,omitempty"`
 	MaxTokens           *int            `json:"max_tokens,omitempty"`
@@ -120,6 +121,14 @@ type genRequest struct {
 	// n is the number of choices per prompt (the request's n; 0 means 1).
 	n         int
 	cacheSalt string
+	// toolMode is the chat request's tool_choice ("" without tools), toolNamed the function a
+	// named choice names, tools the request's tools; tool is the planned call (planRuns).
+	toolMode, toolNamed string
+	tools               []chatTool
+	tool                *toolPlan
+	// failStatus, when not 0, fails a streamed response with this status after failAfter
+	// output tokens (X-Return-Error "N@K").
+	failStatus, failAfter int
 	// instructions is the Responses API's instructions (echoed in the response object).
 	instructions *string
 	// Embeddings: the vector length and whether to encode vectors as base64.
@@ -201,10 +210,12 @@ func decodeCompletion(body []byte, chat bool) (*genRequest, *APIError) {
 		renderTurn(&sb, m.Role, text)
 		echo = echoText
 	}
+	mode, named, tools, apiErr := parseTools(req.Tools, req.ToolChoice)
+	if apiErr != nil {
+		return nil, apiErr
+	}
+	g.toolMode, g.toolNamed, g.tools = mode, named, tools
 	if !isNull(req.Tools) {
-		if bytes.TrimSpace(req.Tools)[0] != '[' {
-			return nil, NewAPIError(http.StatusBadRequest, "tools", "the field 'tools' must be an array")
-		}
 		renderTurn(&sb, "tools", compactJSON(req.Tools))
 	}
 	g.prompts = []promptInput{{text: sb.String()}}

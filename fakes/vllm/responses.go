@@ -255,7 +255,7 @@ func (r *responsesStream) begin(sw *sseWriter) {
 	}
 }
 
-func (r *responsesStream) token(sw *sseWriter, _ int, text string, first bool) {
+func (r *responsesStream) token(sw *sseWriter, _ int, text string, first bool, _ string) {
 	if first {
 		r.event(sw, "response.output_item.added")
 		sw.buf = append(sw.buf, `,"output_index":0,"item":`...)
@@ -293,4 +293,15 @@ func (r *responsesStream) end(sw *sseWriter, finish []string, u Usage) {
 	sw.buf = append(sw.buf, `,"response":`...)
 	sw.buf = r.appendResponse(sw.buf, true, text, finish[0], u)
 	sw.buf = append(sw.buf, "}\n\n"...)
+}
+
+// fail ends a Responses stream with the API's error event: {"type":"error","sequence_number",
+// "code","message","param"} (OpenAI's ResponseErrorEvent; code is the HTTP status as a string).
+func (r *responsesStream) fail(sw *sseWriter, e *APIError) {
+	r.event(sw, "error")
+	sw.buf = append(sw.buf, `,"code":`...)
+	sw.buf = appendJSONString(sw.buf, strconv.Itoa(e.Code))
+	sw.buf = append(sw.buf, `,"message":`...)
+	sw.buf = appendJSONString(sw.buf, e.Message)
+	sw.buf = append(sw.buf, ",\"param\":null}\n\n"...)
 }

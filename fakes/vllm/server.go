@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/eppkit/eppkit/fakes/vllm/engine"
+	"github.com/eppkit/eppkit/fakes/vllm/kvevents"
 )
 
 // Response headers naming the serving endpoint (llm-d-inference-sim sets these from POD_NAME,
@@ -75,6 +76,7 @@ type Server struct {
 
 	lorasMu sync.RWMutex
 	loras   []LoraModule
+	loraIDs map[string]int // adapter name → vLLM's lora_int_id (assignLoRAID)
 
 	rngMu sync.Mutex
 	rng   *rand.Rand
@@ -92,6 +94,8 @@ type rankEngine struct {
 	index  int
 	engine *engine.Engine
 	met    *engineMetrics
+	// events publishes the engine's KV-cache events (nil unless Config.KVEvents is enabled).
+	events *kvevents.Publisher
 }
 
 // NewServer builds rank `rank` of cfg (cfg must be valid) on listener ln, without serving.
@@ -120,13 +124,35 @@ func NewServer(cfg Config, rank int, ln net.Listener, opts Options) (*Server, er
 		}
 	}
 	sources := make([]engineSource, len(indexes))
+	s.loraIDs = map[string]int{}
+	for _, l := range cfg.LoraModules {
+		s.assignLoRAID(l.Name)
+	}
 	for i, idx := range indexes {
-		eng, err := s.newEngine(cfg.Latency, idx)
+		re := &rankEngine{index: idx}
+		if cfg.KVEvents.Enabled() {
+			topic := cfg.KVEvents.Topic
+			if topic == "" {
+				port, _ := strconv.Atoi(s.portS)
+				topic = kvevents.Topic(cfg.Host, port, cfg.DisplayModel())
+			}
+			pub, err := kvevents.Start(cfg.KVEvents, kvevents.Options{Rank: idx, Host: cfg.Host, Topic: topic,
+				MapFormat: cfg.UseVLLMMapEventFormat, Logger: s.log})
+			if err != nil {
+				s.closeEngine()
+				return nil, err
+			}
+			re.events = pub
+		}
+		eng, err := s.newEngine(cfg.Latency, idx, re.events)
 		if err != nil {
+			if re.events != nil {
+				_ = re.events.Close()
+			}
 			s.closeEngine()
 			return nil, err
 		}
-		re := &rankEngine{index: idx, engine: eng}
+		re.engine = eng
 		s.engines = append(s.engines, re)
 		sources[i] = engineSource{label: strconv.Itoa(idx), stats: func() EngineStats { return convertStats(re.engine.Stats()) }}
 	}
@@ -142,10 +168,47 @@ func NewServer(cfg Config, rank int, ln net.Listener, opts Options) (*Server, er
 	return s, nil
 }
 
-func (s *Server) newEngine(l Latency, index int) (*engine.Engine, error) {
+func (s *Server) newEngine(l Latency, index int, events *kvevents.Publisher) (*engine.Engine, error) {
 	c := s.cfg
 	c.Latency = l
-	return engine.New(c.EngineConfig(index, s.opts.Clock))
+	ec := c.EngineConfig(index, s.opts.Clock)
+	if events != nil {
+		ec.KVEvents = events.Enqueue
+		ec.KVEventsHashSeed = c.EventsHashSeed()
+	}
+	return engine.New(ec)
+}
+
+// assignLoRAID gives adapter name the next id, as vLLM numbers adapters in load order
+// (lora_int_id, from 1); a name keeps its id when unloaded and loaded again. Call with lorasMu
+// held, or before serving.
+func (s *Server) assignLoRAID(name string) {
+	if _, ok := s.loraIDs[name]; !ok {
+		s.loraIDs[name] = len(s.loraIDs) + 1
+	}
+}
+
+// KVEventsEndpoints are the PUB addresses of the engines' KV-event publishers, in engine order
+// (bound addresses with their ports resolved); nil without KV events.
+func (s *Server) KVEventsEndpoints() []string {
+	var out []string
+	for _, e := range s.engines {
+		if e.events != nil {
+			out = append(out, e.events.Endpoint())
+		}
+	}
+	return out
+}
+
+// KVEventsReplayEndpoints are the replay (ROUTER) addresses, in engine order; nil without replay.
+func (s *Server) KVEventsReplayEndpoints() []string {
+	var out []string
+	for _, e := range s.engines {
+		if e.events != nil && e.events.ReplayEndpoint() != "" {
+			out = append(out, e.events.ReplayEndpoint())
+		}
+	}
+	return out
 }
 
 // EngineConfig is the engine configuration of engine `index` (the data-parallel rank, or the
@@ -288,7 +351,12 @@ func (s *Server) Close() error {
 
 func (s *Server) closeEngine() {
 	for _, e := range s.engines {
-		_ = e.engine.Close()
+		if e.engine != nil {
+			_ = e.engine.Close()
+		}
+		if e.events != nil {
+			_ = e.events.Close() // after the engine: its last events go out first
+		}
 	}
 }
 
@@ -317,6 +385,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /admin/metrics-scrapes", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, MetricsScrapes{Scrapes: s.scrapes.Load()})
 	})
+	mux.HandleFunc("POST /reset_prefix_cache", s.handleResetPrefixCache)
 	mux.HandleFunc("GET /admin/config", s.handleAdminGet)
 	mux.HandleFunc("POST /admin/config", s.handleAdminPost)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -332,6 +401,28 @@ func (s *Server) Handler() http.Handler {
 		}
 		mux.ServeHTTP(w, r)
 	})
+}
+
+// handleResetPrefixCache is vLLM's POST /reset_prefix_cache: every engine forgets its cached
+// blocks and publishes AllBlocksCleared. As vLLM's API server it answers 200 even when an engine
+// refuses because running requests hold blocks (vLLM logs that; so does the fake).
+func (s *Server) handleResetPrefixCache(w http.ResponseWriter, r *http.Request) {
+	for _, e := range s.engines {
+		if err := e.engine.ResetPrefixCache(); err != nil {
+			s.log.Warn("reset_prefix_cache: failed to reset the prefix cache", "engine", e.index, "err", err)
+		}
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+// loraID is vLLM's id of adapter lora (0 for the base model).
+func (s *Server) loraID(lora string) int {
+	if lora == "" {
+		return 0
+	}
+	s.lorasMu.RLock()
+	defer s.lorasMu.RUnlock()
+	return s.loraIDs[lora]
 }
 
 // resolveModel maps a request's model to (base, adapter); ok is false for an unknown model.
@@ -506,6 +597,7 @@ func (s *Server) handleLoadLora(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.loras = append(s.loras, LoraModule{Name: req.LoraName, Path: req.LoraPath})
+	s.assignLoRAID(req.LoraName)
 	w.WriteHeader(http.StatusOK)
 	fmt.Fprintf(w, "Success: LoRA adapter '%s' added successfully.", req.LoraName)
 }
@@ -525,4 +617,26 @@ func (s *Server) handleUnloadLora(w http.ResponseWriter, r *http.Request) {
 	s.loras = slices.Delete(s.loras, i, i+1)
 	w.WriteHeader(http.StatusOK)
 	fmt.Fprintf(w, "Success: LoRA adapter '%s' removed successfully.", req.LoraName)
+}
+
+// KVEventsState is one engine's KV-event publisher as tests see it: its endpoints, the next
+// sequence number, the topic filters subscribed and the vLLM hashes of the blocks cached.
+type KVEventsState struct {
+	Endpoint, ReplayEndpoint string
+	NextSeq                  uint64
+	Topics                   []string
+	Cached                   []uint64
+}
+
+// KVEventsStates returns every engine's KVEventsState, in engine order (nil without KV events).
+func (s *Server) KVEventsStates() []KVEventsState {
+	var out []KVEventsState
+	for _, e := range s.engines {
+		if e.events == nil {
+			continue
+		}
+		out = append(out, KVEventsState{Endpoint: e.events.Endpoint(), ReplayEndpoint: e.events.ReplayEndpoint(),
+			NextSeq: e.events.Sent(), Topics: e.events.Topics(), Cached: e.engine.CachedBlockHashes()})
+	}
+	return out
 }

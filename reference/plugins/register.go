@@ -7,6 +7,7 @@ import (
 	"github.com/eppkit/eppkit/reference/plugins/latency"
 	"github.com/eppkit/eppkit/reference/plugins/legacyprefix"
 	"github.com/eppkit/eppkit/reference/plugins/pickers"
+	"github.com/eppkit/eppkit/reference/plugins/preciseprefix"
 	"github.com/eppkit/eppkit/reference/plugins/prefix"
 	"github.com/eppkit/eppkit/reference/plugins/profiles"
 	"github.com/eppkit/eppkit/reference/plugins/scorers"
@@ -27,6 +28,7 @@ import (
 //	predicted-latency-producer, prefix-cache-affinity-filter,
 //	slo-headroom-tier-filter, latency-scorer, latency-slo-admitter (plugins/latency)
 //	legacy-prefix-cache-scorer                                     (plugins/legacyprefix)
+//	precise-prefix-cache-producer                                  (plugins/preciseprefix)
 //
 // It panics when a type is already registered in reg: that is a programming error (register
 // into a fresh framework.NewRegistry()), never a consequence of user input.
@@ -45,6 +47,7 @@ func RegisterAllWithPredictor(reg *framework.Registry, newPredictor latency.Pred
 		pickers.Register,
 		profiles.Register,
 		func(r *framework.Registry) error { return latency.Register(r, newPredictor) },
+		preciseprefix.Register,
 	} {
 		if err := register(reg); err != nil {
 			panic(err)

@@ -17,7 +17,7 @@ func TestRegisterAll(t *testing.T) {
 		"approx-prefix-cache-producer", "disagg-profile-handler", "header-based-testing-filter", "kv-cache-utilization-scorer",
 		"latency-fallback-profile-handler", "latency-scorer", "latency-slo-admitter",
 		"legacy-prefix-cache-scorer", "lora-affinity-filter", "lora-affinity-scorer", "max-score-picker",
-		"predicted-latency-producer", "prefix-cache-affinity-filter",
+		"precise-prefix-cache-producer", "predicted-latency-producer", "prefix-cache-affinity-filter",
 		"prefix-cache-scorer", "queue-scorer", "random-picker", "running-requests-size-scorer",
 		"single-profile-handler", "slo-headroom-tier-filter", "weighted-random-picker",
 	}

@@ -102,6 +102,9 @@ const (
 	FollowerServing     Name = "follower-serving"
 	DrainDropsInFlight  Name = "drain-drops-in-flight"
 	PoolSelectorIgnored Name = "pool-selector-ignored"
+	// KV-cache events (issue 35).
+	PreciseEventsIgnored   Name = "precise-events-ignored"
+	PreciseRemovalsIgnored Name = "precise-removals-ignored"
 )
 
 // Mutant describes one mutant for the matrix.
@@ -233,6 +236,10 @@ var catalogue = []Mutant{
 	{Name: LegacyMatchOffByOne, Breaks: "the legacy and producer+scorer prefix plugins give equal match lengths (SPEC §2.3)",
 		Via: Plugin, Where: "selfcheck/mutant/wrap: legacy-prefix-cache-scorer wrapped, every match one block short", Kind: WhiteBox, Suite: "equivalence",
 		Target: "should give equal scores, equal picks and equal indexes on every request"},
+	{Name: PreciseEventsIgnored, Breaks: "prefix routing follows the model servers' KV events: a prefix stored by traffic that bypassed the EPP attracts requests (llm-d-router v0.10.0 precise-prefix-cache-producer)",
+		Via: Plugin, Where: "selfcheck/mutant/wrap: precise-prefix-cache-producer wrapped, every endpoint matches 0 blocks", Kind: BlackBox, Target: "PrecisePrefixCache"},
+	{Name: PreciseRemovalsIgnored, Breaks: "blocks a model server's events say it evicted stop attracting requests to it (llm-d-router v0.10.0 precise-prefix-cache-producer)",
+		Via: Plugin, Where: "selfcheck/mutant/wrap: precise-prefix-cache-producer wrapped, each endpoint credited again with the best match it once had for a prompt (as if BlockRemoved and AllBlocksCleared were never applied)", Kind: BlackBox, Target: "PrecisePrefixCache"},
 }
 
 // Catalogue returns every mutant, in matrix order (a copy).

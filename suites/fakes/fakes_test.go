@@ -72,7 +72,7 @@ var _ = ginkgo.Describe("Fake vLLM fleet", ginkgo.Label("fakes"), func() {
 			gomega.Expect(seen).To(gomega.HaveLen(fleetSize))
 		})
 
-		ginkgo.It("should stream chat completions as SSE: role chunk, one chunk per token, finish chunk, usage chunk, [DONE]", func() {
+		ginkgo.It("should stream chat completions as SSE: role chunk, one chunk per token with finish_reason on the last (as vLLM), usage chunk, [DONE]", func() {
 			for _, m := range f.Members() {
 				req, err := http.NewRequest(http.MethodPost, m.URL()+"/v1/chat/completions", strings.NewReader(fmt.Sprintf(
 					`{"model":%q,"stream":true,"stream_options":{"include_usage":true},"max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`, adapter)))
@@ -87,8 +87,8 @@ var _ = ginkgo.Describe("Fake vLLM fleet", ginkgo.Label("fakes"), func() {
 				s, err := readSSE(resp.Body)
 				resp.Body.Close()
 				gomega.Expect(err).NotTo(gomega.HaveOccurred())
-				// role + 5 tokens + finish + usage, then [DONE].
-				gomega.Expect(s.chunks).To(gomega.HaveLen(8))
+				// role + 5 tokens (the last with finish_reason, vLLM's placement) + usage, then [DONE].
+				gomega.Expect(s.chunks).To(gomega.HaveLen(7))
 				gomega.Expect(s.frames[len(s.frames)-1]).To(gomega.Equal("[DONE]"))
 				delta := func(i int) map[string]any {
 					return s.chunks[i]["choices"].([]any)[0].(map[string]any)["delta"].(map[string]any)
@@ -96,11 +96,13 @@ var _ = ginkgo.Describe("Fake vLLM fleet", ginkgo.Label("fakes"), func() {
 				gomega.Expect(delta(0)).To(gomega.HaveKeyWithValue("role", "assistant"))
 				for i := 1; i <= 5; i++ {
 					gomega.Expect(delta(i)).To(gomega.HaveKey("content"))
-					gomega.Expect(s.chunks[i]["choices"].([]any)[0].(map[string]any)["finish_reason"]).To(gomega.BeNil())
+					if i < 5 {
+						gomega.Expect(s.chunks[i]["choices"].([]any)[0].(map[string]any)["finish_reason"]).To(gomega.BeNil())
+					}
 				}
-				gomega.Expect(s.chunks[6]["choices"].([]any)[0].(map[string]any)["finish_reason"]).To(gomega.Equal("length"))
-				gomega.Expect(s.chunks[7]["choices"]).To(gomega.BeEmpty())
-				usage := s.chunks[7]["usage"].(map[string]any)
+				gomega.Expect(s.chunks[5]["choices"].([]any)[0].(map[string]any)["finish_reason"]).To(gomega.Equal("length"))
+				gomega.Expect(s.chunks[6]["choices"]).To(gomega.BeEmpty())
+				usage := s.chunks[6]["usage"].(map[string]any)
 				gomega.Expect(usage).To(gomega.HaveKeyWithValue("completion_tokens", 5.0))
 				gomega.Expect(usage).NotTo(gomega.HaveKey("prompt_tokens_details"), "vLLM writes it only with --enable-prompt-tokens-details and a cache hit")
 				for _, c := range s.chunks {

@@ -55,6 +55,7 @@ func appendBlockHashes(dst []uint64, parent uint64, ids []uint32, blockSize int,
 // reference count is 0 it is on the LRU list and may be evicted).
 type kvBlock struct {
 	hash       uint64
+	ext        uint64 // vLLM's hash of the block, with KV events on
 	hashed     bool
 	ref        int32
 	prev, next int32 // LRU links while ref == 0 and hashed
@@ -72,6 +73,12 @@ type blockPool struct {
 	lruHead, lruTail int32
 	lruLen           int
 	used             int // blocks with ref > 0
+	// events turns on the bookkeeping of KV events: evicted lists the vLLM hashes of the
+	// cached blocks take evicted, stored the prompt positions acquire cached anew, since the
+	// engine last read them.
+	events  bool
+	evicted []uint64
+	stored  []int
 }
 
 func newBlockPool(capacity int) *blockPool {
@@ -116,7 +123,10 @@ func (p *blockPool) plan(hashes []uint64, total int) (fromSupply int) {
 // same hash, or taking a new one and caching it) and total − len(hashes) private blocks. It
 // appends the block indices to dst (hashed first, in prompt order) and returns it. The caller
 // has checked plan(hashes, total) <= available().
-func (p *blockPool) acquire(dst []int32, hashes []uint64, total int) []int32 {
+//
+// ext, with events on, holds vLLM's hashes of the same blocks: a newly cached block keeps its
+// own, and its prompt position is appended to p.stored.
+func (p *blockPool) acquire(dst []int32, hashes, ext []uint64, total int) []int32 {
 	// Reuse cached blocks first so that the evictions below never take a block this request is
 	// about to reuse (vLLM touches computed blocks before allocating new ones).
 	start := len(dst)
@@ -137,6 +147,10 @@ func (p *blockPool) acquire(dst []int32, hashes []uint64, total int) []int32 {
 		b.hash, b.hashed = h, true
 		p.byHash[h] = idx
 		dst[start+i] = idx
+		if p.events {
+			b.ext = ext[i]
+			p.stored = append(p.stored, i)
+		}
 	}
 	for k := len(hashes); k < total; k++ {
 		dst = append(dst, p.take())
@@ -173,6 +187,9 @@ func (p *blockPool) take() int32 {
 		}
 		p.lruRemove(idx)
 		delete(p.byHash, p.blocks[idx].hash)
+		if p.events {
+			p.evicted = append(p.evicted, p.blocks[idx].ext)
+		}
 	}
 	p.blocks[idx] = kvBlock{ref: 1, prev: noBlock, next: noBlock}
 	p.used++

@@ -78,7 +78,7 @@ func TestBlockPoolAcquireRelease(t *testing.T) {
 	if got := p.plan(h, 5); got != 5 {
 		t.Fatalf("plan on empty pool = %d, want 5", got)
 	}
-	a := p.acquire(nil, h, 5) // 3 hashed + 2 private
+	a := p.acquire(nil, h, nil, 5) // 3 hashed + 2 private
 	if diff := cmp.Diff(poolState{Used: 5, Cached: 3}, stateOf(p)); diff != "" {
 		t.Fatalf("after acquire (-want +got):\n%s", diff)
 	}
@@ -86,7 +86,7 @@ func TestBlockPoolAcquireRelease(t *testing.T) {
 	if got := p.plan(h, 4); got != 1 {
 		t.Fatalf("plan for a sharing request = %d, want 1 (only its private block)", got)
 	}
-	b := p.acquire(nil, h, 4)
+	b := p.acquire(nil, h, nil, 4)
 	if diff := cmp.Diff(a[:3], b[:3]); diff != "" {
 		t.Fatalf("shared blocks differ (-a +b):\n%s", diff)
 	}
@@ -117,9 +117,9 @@ func TestBlockPoolLRUEviction(t *testing.T) {
 	newer := hashesOf(t, root, seqIDs(100, bs), bs)   // 1 block, released second
 	running := hashesOf(t, root, seqIDs(200, bs), bs) // 1 block, held
 
-	r1 := p.acquire(nil, old, 1)
-	r2 := p.acquire(nil, newer, 1)
-	held := p.acquire(nil, running, 1)
+	r1 := p.acquire(nil, old, nil, 1)
+	r2 := p.acquire(nil, newer, nil, 1)
+	held := p.acquire(nil, running, nil, 1)
 	p.release(r1, 1)
 	p.release(r2, 1)
 	if got := p.available(); got != 3 {
@@ -127,7 +127,7 @@ func TestBlockPoolLRUEviction(t *testing.T) {
 	}
 
 	// A 2-block private request: the never-used block, then the oldest unreferenced one.
-	x := p.acquire(nil, nil, 2)
+	x := p.acquire(nil, nil, nil, 2)
 	if _, ok := p.byHash[old[0]]; ok {
 		t.Errorf("oldest unreferenced block %x still cached, want it evicted", old[0])
 	}
@@ -135,7 +135,7 @@ func TestBlockPoolLRUEviction(t *testing.T) {
 		t.Errorf("newer unreferenced block %x evicted, want the oldest evicted first", newer[0])
 	}
 	// One more block: the newer one goes; the running request's block never does.
-	y := p.acquire(nil, nil, 1)
+	y := p.acquire(nil, nil, nil, 1)
 	if _, ok := p.byHash[newer[0]]; ok {
 		t.Errorf("block %x still cached after the pool ran out of older ones", newer[0])
 	}
@@ -161,8 +161,8 @@ func TestCachedPrefixStopsAtFirstMiss(t *testing.T) {
 	p := newBlockPool(16)
 	root := rootHash("m", "", "")
 	h := hashesOf(t, root, seqIDs(0, 4*bs), bs)
-	a := p.acquire(nil, []uint64{h[0], h[1]}, 2)
-	b := p.acquire(nil, []uint64{h[3]}, 1) // pretend block 3 survived while block 2 did not
+	a := p.acquire(nil, []uint64{h[0], h[1]}, nil, 2)
+	b := p.acquire(nil, []uint64{h[3]}, nil, 1) // pretend block 3 survived while block 2 did not
 	_ = a
 	_ = b
 	if got := p.cachedPrefix(h); got != 2 {

@@ -74,6 +74,16 @@ type Config struct {
 	// must not call the engine or block. Next then returns only the end of the stream (io.EOF) or
 	// the sequence's error. For drivers with no goroutine per sequence (bench/sim).
 	OnToken func(s *Sequence, ev Event)
+	// KVEvents, when set with EnablePrefixCaching, receives the KV-cache events of every engine
+	// step that changed the prefix cache (an admission that stored or evicted blocks,
+	// ResetPrefixCache), in order, called with the engine's lock held: it must not block or call
+	// the engine, and must copy what it keeps past the call except TokenIDs (immutable). Block
+	// hashes in the events are vLLM's (VLLMBlockHasher seeded with KVEventsHashSeed); computing
+	// them costs one SHA-256 per full prompt block at Submit, so the engine does it only when
+	// this is set.
+	KVEvents func(KVEventBatch)
+	// KVEventsHashSeed is vLLM's PYTHONHASHSEED for the event hashes (VLLMBlockHasher).
+	KVEventsHashSeed string
 }
 
 // DefaultConfig returns llm-d-inference-sim's defaults (pkg/common/config.go newConfig):

@@ -68,6 +68,9 @@ type Request struct {
 	FinishReason string
 	// CacheSalt is vLLM's cache_salt: requests with different salts never share cache blocks.
 	CacheSalt string
+	// LoRAID is the adapter's id as vLLM numbers loaded adapters (lora_int_id, from 1), reported
+	// as lora_id in BlockStored events; 0 for the base model.
+	LoRAID int
 }
 
 // Stats is a snapshot of an engine, cheap to take (one short lock hold).
@@ -107,6 +110,8 @@ type Engine struct {
 	start time.Time // epoch: due times are offsets from it
 
 	scratch sync.Pool // *scratch for tokenizing and hashing outside the lock
+	// hashers are VLLMBlockHashers for the event hashes (Config.KVEvents), used outside the lock.
+	hashers sync.Pool
 
 	mu          sync.Mutex
 	closed      bool
@@ -157,6 +162,8 @@ func New(cfg Config) (*Engine, error) {
 		loopDone:    make(chan struct{}),
 	}
 	e.scratch.New = func() any { return &scratch{} }
+	e.hashers.New = func() any { return NewVLLMBlockHasher(cfg.KVEventsHashSeed) }
+	e.pool.events = cfg.KVEvents != nil && cfg.EnablePrefixCaching
 	if cfg.Stepped {
 		close(e.loopDone)
 	} else {
@@ -224,6 +231,12 @@ func (e *Engine) Submit(ctx context.Context, r Request) (*Sequence, error) {
 		var root uint64
 		root, sc.buf = rootHashBuf(r.Model, r.LoRA, r.CacheSalt, sc.buf)
 		s.hashes, sc.buf = appendBlockHashes(make([]uint64, 0, prompt/e.cfg.BlockSize), root, sc.ids, e.cfg.BlockSize, sc.buf)
+		if e.pool.events {
+			h := e.hashers.Get().(*VLLMBlockHasher)
+			s.ext = h.Append(make([]uint64, 0, len(s.hashes)), sc.ids, e.cfg.BlockSize, r.LoRA, r.CacheSalt)
+			e.hashers.Put(h)
+			s.ids = append([]uint32(nil), sc.ids[:len(s.hashes)*e.cfg.BlockSize]...)
+		}
 	}
 	e.scratch.Put(sc)
 	// The prompt is tokenized and hashed; the sequence does not keep its text (a queue of
@@ -511,7 +524,10 @@ func (e *Engine) admitLocked(s *Sequence, t time.Duration) {
 		e.counters.PrefixCacheQueries += int64(s.prompt)
 		e.counters.PrefixCacheHits += int64(s.cached)
 	}
-	s.blocks = e.pool.acquire(s.blocks[:0], s.hashes, s.totalBlocks)
+	s.blocks = e.pool.acquire(s.blocks[:0], s.hashes, s.ext, s.totalBlocks)
+	if e.pool.events {
+		e.publishAdmissionLocked(s, t)
+	}
 
 	f := loadFactor(e.cfg.TimeFactorUnderLoad, e.running, e.cfg.MaxNumSeqs)
 	var prefill time.Duration

@@ -44,6 +44,9 @@ type Sequence struct {
 	finish string
 	prompt int
 	hashes []uint64 // chained hashes of full prompt blocks (nil with caching off)
+	// ext are vLLM's hashes of the same blocks and ids their tokens, kept only for KV events.
+	ext []uint64
+	ids []uint32
 
 	totalBlocks int
 	stopCtx     func() bool

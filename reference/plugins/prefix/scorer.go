@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 
 	"github.com/eppkit/eppkit/reference/framework"
@@ -18,9 +19,25 @@ import (
 // producer does, and hands them to the auto-created producer through
 // framework.ProducerParametersCarrier; the runtime logs the deprecation warning (GIE v1.5.0
 // config/loader/configloader.go passes the scorer's parameters to the producer it creates).
+//
+// Parameter prefixMatchInfoProducerName (upstream's) names the producer whose attribute it
+// scores: empty (the default) reads PrefixCacheMatchInfoKey, which approx-prefix-cache-producer
+// writes whatever its name; a name reads MatchInfoKeyFor(name), which a producer that qualifies
+// its key by its name writes (precise-prefix-cache-producer).
 type Scorer struct {
 	typedName      framework.TypedName
 	producerParams json.RawMessage
+	key            string
+}
+
+// MatchInfoKeyFor is the data key of the PrefixCacheMatchInfo of the producer named name:
+// PrefixCacheMatchInfoKey for "" (the approximate producer), else
+// "PrefixCacheMatchInfo/<name>".
+func MatchInfoKeyFor(name string) string {
+	if name == "" {
+		return PrefixCacheMatchInfoKey
+	}
+	return PrefixCacheMatchInfoKey + "/" + name
 }
 
 var (
@@ -40,10 +57,25 @@ func NewScorer(name string, producerParams json.RawMessage) (*Scorer, error) {
 	if name == "" {
 		name = ScorerType
 	}
-	s := &Scorer{typedName: framework.TypedName{Type: ScorerType, Name: name}}
+	s := &Scorer{typedName: framework.TypedName{Type: ScorerType, Name: name}, key: PrefixCacheMatchInfoKey}
 	trimmed := bytes.TrimSpace(producerParams)
 	if len(trimmed) == 0 || bytes.Equal(trimmed, []byte("null")) {
 		return s, nil
+	}
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(trimmed, &fields) == nil {
+		if raw, ok := fields["prefixMatchInfoProducerName"]; ok {
+			var producer string
+			if err := json.Unmarshal(raw, &producer); err != nil {
+				return nil, fmt.Errorf("parameters.prefixMatchInfoProducerName: want a string: %v", err)
+			}
+			s.key = MatchInfoKeyFor(producer)
+			delete(fields, "prefixMatchInfoProducerName")
+			if len(fields) == 0 {
+				return s, nil
+			}
+			trimmed, _ = json.Marshal(fields)
+		}
 	}
 	if _, err := DecodeProducerParameters(trimmed); err != nil {
 		return nil, err
@@ -57,7 +89,7 @@ func (s *Scorer) TypedName() framework.TypedName { return s.typedName }
 
 // Consumes declares PrefixCacheMatchInfoKey with type *PrefixCacheMatchInfo.
 func (s *Scorer) Consumes() map[string]any {
-	return map[string]any{PrefixCacheMatchInfoKey: (*PrefixCacheMatchInfo)(nil)}
+	return map[string]any{s.key: (*PrefixCacheMatchInfo)(nil)}
 }
 
 // ProducerParameters returns the producer parameters the scorer was configured with, for key
@@ -76,7 +108,7 @@ func (s *Scorer) Score(_ context.Context, _ *framework.CycleState, _ *framework.
 		if ep == nil || ep.Metadata == nil {
 			continue
 		}
-		out[ep.Key()] = MatchScore(ep)
+		out[ep.Key()] = MatchScoreOf(ep, s.key)
 	}
 	return out
 }
@@ -88,14 +120,17 @@ func (s *Scorer) ScoreIndexed(_ context.Context, _ *framework.CycleState, _ *fra
 		if ep == nil || ep.Metadata == nil {
 			continue
 		}
-		out[i] = MatchScore(ep)
+		out[i] = MatchScoreOf(ep, s.key)
 	}
 }
 
 // MatchScore is the score of one endpoint: MatchBlocks/TotalBlocks of its *PrefixCacheMatchInfo
 // clamped to [0,1], or 0 when the attribute is missing, mistyped, nil or has TotalBlocks ≤ 0.
-func MatchScore(ep *framework.Endpoint) float64 {
-	info, ok := framework.AttributeAs[*PrefixCacheMatchInfo](ep, PrefixCacheMatchInfoKey)
+func MatchScore(ep *framework.Endpoint) float64 { return MatchScoreOf(ep, PrefixCacheMatchInfoKey) }
+
+// MatchScoreOf is MatchScore of the attribute under key.
+func MatchScoreOf(ep *framework.Endpoint, key string) float64 {
+	info, ok := framework.AttributeAs[*PrefixCacheMatchInfo](ep, key)
 	if !ok || info == nil || info.TotalBlocks <= 0 || info.MatchBlocks <= 0 {
 		return 0
 	}

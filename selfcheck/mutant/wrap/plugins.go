@@ -14,9 +14,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"sync"
 
 	"github.com/eppkit/eppkit/reference/framework"
 	"github.com/eppkit/eppkit/reference/plugins/legacyprefix"
+	"github.com/eppkit/eppkit/reference/plugins/preciseprefix"
 	"github.com/eppkit/eppkit/reference/plugins/prefix"
 	"github.com/eppkit/eppkit/reference/plugins/scorers"
 	"github.com/eppkit/eppkit/selfcheck/mutant"
@@ -39,6 +41,9 @@ var pluginMutants = map[mutant.Name]struct {
 	mutant.PartsHashedAsText:      {prefix.ProducerType, producerWithCompat(prefix.HashCompat{V150Chat: true})},
 	mutant.PartialBlockDropped:    {prefix.ProducerType, producerWithCompat(prefix.HashCompat{NoPartialBlock: true})},
 	mutant.StateKeyedByXRequestID: {prefix.ProducerType, producerSeeing(keyedByXRequestID)},
+	// KV events (issue 35).
+	mutant.PreciseEventsIgnored:   {preciseprefix.PluginType, preciseEventsIgnored},
+	mutant.PreciseRemovalsIgnored: {preciseprefix.PluginType, preciseRemovalsIgnored},
 }
 
 // Registry decorates, in reg, the plugin type that mutant m wraps (framework.Registry.Decorate),
@@ -278,3 +283,63 @@ func producerWithCompat(compat prefix.HashCompat) func(framework.FactoryFunc) fr
 }
 
 type compatProducer struct{ *prefix.Producer }
+
+// preciseEventsIgnored wraps precise-prefix-cache-producer so that every endpoint matches 0
+// blocks: the EPP routes as if no model server had published an event.
+var preciseEventsIgnored = wrapAs(func(p *preciseprefix.Producer, _ framework.Handle) framework.Plugin {
+	return &preciseZero{p}
+})
+
+type preciseZero struct{ *preciseprefix.Producer }
+
+func (p *preciseZero) PrepareRequestData(ctx context.Context, req *framework.LLMRequest, eps []*framework.Endpoint) error {
+	err := p.Producer.PrepareRequestData(ctx, req, eps)
+	for _, ep := range eps {
+		if info, ok := framework.AttributeAs[*prefix.PrefixCacheMatchInfo](ep, p.Key()); ok && info != nil {
+			ep.Put(p.Key(), &prefix.PrefixCacheMatchInfo{TotalBlocks: info.TotalBlocks, BlockSizeTokens: info.BlockSizeTokens})
+		}
+	}
+	return err
+}
+
+// preciseRemovalsIgnored wraps precise-prefix-cache-producer so that an endpoint keeps every
+// match it was once credited with, as if BlockRemoved and AllBlocksCleared were never applied:
+// per endpoint and prompt (its first preciseMemoryBytes bytes), the best matched fraction seen
+// so far is credited again to every later request with that start.
+var preciseRemovalsIgnored = wrapAs(func(p *preciseprefix.Producer, _ framework.Handle) framework.Plugin {
+	return &preciseSticky{Producer: p, best: map[string]float64{}}
+})
+
+const preciseMemoryBytes = 100
+
+type preciseSticky struct {
+	*preciseprefix.Producer
+	mu   sync.Mutex
+	best map[string]float64 // endpoint key + "|" + prompt start → best MatchBlocks/TotalBlocks
+}
+
+func (p *preciseSticky) PrepareRequestData(ctx context.Context, req *framework.LLMRequest, eps []*framework.Endpoint) error {
+	err := p.Producer.PrepareRequestData(ctx, req, eps)
+	if req == nil || req.Body == nil || req.Body.Completions == nil {
+		return err
+	}
+	start := req.Body.Completions.Prompt
+	start = start[:min(len(start), preciseMemoryBytes)]
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, ep := range eps {
+		info, ok := framework.AttributeAs[*prefix.PrefixCacheMatchInfo](ep, p.Key())
+		if !ok || info == nil || info.TotalBlocks == 0 {
+			continue
+		}
+		k := ep.Key() + "|" + start
+		frac := float64(info.MatchBlocks) / float64(info.TotalBlocks)
+		if frac > p.best[k] {
+			p.best[k] = frac
+		} else if best := p.best[k]; best > frac {
+			ep.Put(p.Key(), &prefix.PrefixCacheMatchInfo{MatchBlocks: int(best * float64(info.TotalBlocks)),
+				TotalBlocks: info.TotalBlocks, BlockSizeTokens: info.BlockSizeTokens})
+		}
+	}
+	return err
+}
