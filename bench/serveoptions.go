@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -58,6 +59,16 @@ type ServeOptions struct {
 	PercentileMetrics, MetricPercentiles string
 	// NoProgress hides the progress bar (--no-progress); Verbose logs harness progress (--verbose).
 	NoProgress, Verbose bool
+	// ReportFormat is --report-format: a comma list of ReportFormats ("" = eppkit). eppkit's
+	// own files are always written; inference-perf adds that tool's report layout.
+	ReportFormat string
+}
+
+// InferencePerf reports whether --report-format asks for inference-perf's reports (it must have
+// been validated: RunConfig does).
+func (f *ServeOptions) InferencePerf() bool {
+	formats, _ := ParseReportFormats(f.ReportFormat)
+	return slices.Contains(formats, ReportInferencePerf)
 }
 
 // MaxRealFleetSize bounds the fleet of a real (not simulated) run: fakes on 127.0.10.1 … .250.
@@ -159,6 +170,11 @@ func (f *ServeOptions) RunConfig(stderr io.Writer) (RunConfig, error) {
 	goodput, err := ParseGoodput(f.Goodput)
 	if err != nil {
 		return rc, err
+	}
+	if f.ReportFormat != "" {
+		if _, err := ParseReportFormats(f.ReportFormat); err != nil {
+			return rc, err
+		}
 	}
 	pcts, err := parsePercentiles(f.MetricPercentiles)
 	if err != nil {

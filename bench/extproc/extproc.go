@@ -48,6 +48,8 @@ type Options struct {
 	Response    bool          // also run a small response phase after each pick (not timed)
 	Seed        uint64
 	PID         int // the EPP's process id (same machine): its CPU time over the measured window is reported
+	// Record keeps every measured decision (Report.Records), for the inference-perf report.
+	Record bool
 }
 
 // Report is the result; JSON field names are stable.
@@ -80,6 +82,17 @@ type Report struct {
 	ClientCPUPerDecisionMs float64 `json:"client_cpu_per_decision_ms,omitempty"`
 	// LoadAverage is the machine's 1-minute load average at the end of the run (/proc/loadavg).
 	LoadAverage float64 `json:"load_average_1m,omitempty"`
+	// Records are the measured decisions, in completion order (Options.Record; not in the JSON).
+	Records []Record `json:"-"`
+}
+
+// Record is one measured decision: when it was scheduled (open loop: its arrival; closed loop:
+// when it started), started and ended (the pick, or the failure), its body's size, and what
+// failed ("" = a pick): Kind is the error kind of Report.ErrorKinds, Message its text.
+type Record struct {
+	Scheduled, Started, Ended time.Time
+	BodyBytes                 int
+	Kind, Message             string
 }
 
 // LatencySummaryMs holds decision latencies in milliseconds, from every sample: percentiles by
@@ -147,6 +160,7 @@ type run struct {
 	eppCPUErr         error
 
 	mu       sync.Mutex
+	records  []Record
 	samples  []time.Duration
 	service  []time.Duration
 	errs     map[string]int
@@ -394,18 +408,25 @@ func (r *run) decide(scheduled time.Time) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	rec := Record{Scheduled: scheduled, Started: started, Ended: started.Add(svc), BodyBytes: len(body)}
+	if r.o.Record {
+		defer func() { r.records = append(r.records, rec) }()
+	}
 	switch {
 	case err != nil:
+		rec.Kind, rec.Message = errorKind(err), err.Error()
 		r.errs[errorKind(err)]++
 		if r.firstErr == "" {
 			r.firstErr = err.Error()
 		}
 	case d.Immediate != nil:
+		rec.Kind, rec.Message = "immediate-"+strconv.Itoa(d.Immediate.Status), string(d.Immediate.Body)
 		r.errs["immediate-"+strconv.Itoa(d.Immediate.Status)]++
 		if r.firstErr == "" {
 			r.firstErr = fmt.Sprintf("ImmediateResponse %d: %.200s", d.Immediate.Status, d.Immediate.Body)
 		}
 	case d.Pick() == "":
+		rec.Kind, rec.Message = "no-pick", "the EPP answered without a destination"
 		r.errs["no-pick"]++
 	default:
 		r.samples = append(r.samples, lat)
@@ -448,6 +469,7 @@ func (r *run) report(elapsed time.Duration) *Report {
 	}
 	rep.LatencyMs = summarize(r.samples)
 	rep.ServiceMs = summarize(r.service)
+	rep.Records = r.records
 	return rep
 }
 

@@ -65,6 +65,8 @@ type MatrixOptions struct {
 	Bench           Options // per-cell load (rate or concurrency, duration, warm-up, seed)
 	// Eppkit is the eppkit binary that runs the reference and null targets ("" = this executable).
 	Eppkit string
+	// InferencePerfDir, when set, receives each cell's inference-perf report (CellReportDir).
+	InferencePerfDir string
 }
 
 // MatrixCell is one measured cell.
@@ -426,10 +428,14 @@ func runMatrixRow(ctx context.Context, w io.Writer, m MatrixOptions, self string
 	for _, size := range m.PromptSizes {
 		o := m.Bench
 		o.EPP, o.PromptBytes, o.PID = p.grpcAddr, size, p.proc.PID()
+		o.Record = m.InferencePerfDir != ""
 		r, err := Run(ctx, o)
 		c := MatrixCell{Target: target, Pages: pages, Endpoints: n, PromptBytes: size, Report: r, ScrapeCPUUsPerEndpointSecond: scrapeCost}
 		if err == nil && r != nil {
 			err = ErrNoDecision(r)
+		}
+		if err == nil && o.Record {
+			_, err = WriteInferencePerf(CellReportDir(m.InferencePerfDir, c), r)
 		}
 		if err != nil {
 			c.Error = err.Error()

@@ -108,6 +108,9 @@ func runBenchCompare(cmd *cobra.Command, f *compareFlags) error {
 	if err := bench.WriteComparison(stdout, outDir, c, rc); err != nil {
 		return err
 	}
+	if err := f.writeInferencePerf(stdout, outDir, rc, c.Results); err != nil {
+		return err
+	}
 	if c.Interrupted {
 		return &exitError{code: 2, err: fmt.Errorf("interrupted: wrote the %d policies that finished; not run: %s",
 			len(c.Results), strings.Join(c.NotRun, ", "))}

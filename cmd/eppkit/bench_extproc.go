@@ -3,11 +3,15 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/eppkit/eppkit/bench"
 	"github.com/eppkit/eppkit/bench/extproc"
 	"github.com/eppkit/eppkit/fakes/gateway/extprocclient"
 )
@@ -17,6 +21,7 @@ func init() { benchSubcommands = append(benchSubcommands, newBenchExtprocCommand
 func newBenchExtprocCommand() *cobra.Command {
 	o := extproc.Options{}
 	var asJSON bool
+	var reportFormat, reportDir string
 	mf := &matrixFlags{}
 	cmd := &cobra.Command{
 		Use:   "extproc (--epp ADDR | --targets null,reference,upstream) (--rate R | --concurrency N) [--duration 10s]",
@@ -52,6 +57,14 @@ driver and the machine's scheduler set, and the table then shows every other tar
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signalContext()
 			defer stop()
+			formats, err := bench.ParseReportFormats(reportFormat)
+			if err != nil {
+				return badFlags("%v", err)
+			}
+			if slices.Contains(formats, bench.ReportInferencePerf) {
+				o.Record = true
+				mf.m.InferencePerfDir = reportDir
+			}
 			if mf.targets != "" {
 				if o.EPP != "" {
 					return badFlags("%v", errMatrixAndEPP)
@@ -84,6 +97,13 @@ driver and the machine's scheduler set, and the table then shows every other tar
 			if err != nil {
 				return err
 			}
+			if o.Record && len(rep.Records) > 0 {
+				files, err := extproc.WriteInferencePerf(reportDir, rep)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "wrote inference-perf report: %s\n", strings.Join(files, ", "))
+			}
 			if asJSON {
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				enc.SetIndent("", "  ")
@@ -115,6 +135,8 @@ driver and the machine's scheduler set, and the table then shows every other tar
 	fl.Uint64Var(&o.Seed, "seed", 0, "Seed for prompts and arrivals (0 = from the clock; printed)")
 	fl.IntVar(&o.PID, "epp-pid", 0, "Process id of the EPP on this machine: report its CPU time per decision (from /proc/<pid>/stat)")
 	fl.BoolVar(&asJSON, "json", false, "Print the report as JSON")
+	fl.StringVar(&reportFormat, "report-format", bench.ReportEppkit, "Reports: eppkit (the table or --json, always), inference-perf (also inference-perf's lifecycle JSON in --report-dir; a request is a decision)")
+	fl.StringVar(&reportDir, "report-dir", filepath.Join("out", "bench", "extproc", bench.InferencePerfDir), "Where --report-format inference-perf writes (matrix mode: one folder per cell)")
 	fl.StringVar(&mf.targets, "targets", "", "Matrix mode: EPPs to start and measure, comma-separated: reference, upstream, null (the do-nothing floor) (excludes --epp)")
 	fl.StringVar(&mf.counts, "endpoint-counts", "10,100,1000", "Matrix mode: pool sizes, comma-separated")
 	fl.StringVar(&mf.pages, "metrics-pages", extproc.PagesMinimal, "Matrix mode: the endpoints' /metrics pages, comma-separated: minimal (a fake vLLM's gauge-only page, the same every scrape), realistic (a real vLLM v1 page: every family and histogram bucket, 2 engines, 4 LoRA adapters, about 300 KB, values changing every scrape)")
