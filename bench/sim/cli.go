@@ -21,7 +21,8 @@ import (
 // Policies are the policies `eppkit bench simulate` knows, in table order: the baselines
 // (round-robin, oracle) and the reference EPP with the EndpointPickerConfig files of
 // `eppkit bench compare` (bench.PolicyConfig).
-var Policies = []string{PolicyRoundRobin, bench.PolicyRandom, bench.PolicyReference, bench.PolicyLoadOnly, bench.PolicyPredicted, PolicyOracle}
+var Policies = []string{PolicyRoundRobin, bench.PolicyRandom, bench.PolicyReference, bench.PolicyLoadOnly, bench.PolicyPredicted,
+	bench.PolicyTokenLoad, bench.PolicyActiveRequest, PolicyOracle}
 
 // DefaultValidatePolicies are the policies of `eppkit bench simulate --validate`; DefaultComparePolicies
 // those of `eppkit bench simulate compare`.
@@ -105,7 +106,7 @@ func (o *Options) NewPicker(policy, configFile string) (Picker, error) {
 		return NewRoundRobin(), nil
 	case PolicyOracle:
 		return NewOracle(), nil
-	case bench.PolicyRandom, bench.PolicyReference, bench.PolicyLoadOnly, bench.PolicyPredicted:
+	case bench.PolicyRandom, bench.PolicyReference, bench.PolicyLoadOnly, bench.PolicyPredicted, bench.PolicyTokenLoad, bench.PolicyActiveRequest:
 		if o.NewReference == nil {
 			return nil, errors.New("sim: Options.NewReference is not set (bench/simepp.NewPicker)")
 		}
@@ -137,7 +138,7 @@ func Simulate(ctx context.Context, stdout, stderr io.Writer, o SimulateOptions) 
 	}
 	outDir := o.OutputDir
 	if outDir == "" {
-		outDir = filepath.Join("out", "bench", "simulate-"+o.Policy+"-"+strconv.Itoa(o.FleetSize)+"-"+o.Workload)
+		outDir = filepath.Join("out", "bench", "simulate-"+o.Policy+"-"+strconv.Itoa(o.FleetSize)+"-"+o.Name())
 	}
 	fmt.Fprintf(stderr, "eppkit bench simulate: policy %s, %d endpoints, workload %s, rate %s req/s over %v of virtual time, seed %d, load average %s\n",
 		o.Policy, o.FleetSize, o.Workload, o.Rate, o.Duration, o.Seed, bench.LoadAverage())
@@ -239,7 +240,7 @@ func RunValidation(ctx context.Context, stdout, stderr io.Writer, o ValidateOpti
 	}
 	outDir := o.OutputDir
 	if outDir == "" {
-		outDir = filepath.Join("out", "bench", "simulate-validate-"+o.Workload)
+		outDir = filepath.Join("out", "bench", "simulate-validate-"+o.Name())
 	}
 	rc.Env.Eppkit, rc.Env.LogDir = o.Eppkit, filepath.Join(outDir, "logs")
 	if rc.Env.Eppkit == "" {
@@ -352,7 +353,7 @@ func RunCompare(ctx context.Context, stdout, stderr io.Writer, o CompareOptions)
 	}
 	outDir := o.OutputDir
 	if outDir == "" {
-		outDir = filepath.Join("out", "bench", "simulate-compare-"+o.Workload)
+		outDir = filepath.Join("out", "bench", "simulate-compare-"+o.Name())
 	}
 	fmt.Fprintf(stderr, "eppkit bench simulate compare: %s on %s endpoints, %.1f req/s per endpoint, %v warm-up + %v measured (virtual), seed %d, load average %s\n",
 		strings.Join(policies, ", "), o.Endpoints, o.RatePerEndpoint, o.Warmup, o.Duration, o.Seed, bench.LoadAverage())

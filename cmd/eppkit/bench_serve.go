@@ -32,6 +32,7 @@ type serveFlags struct {
 
 func (f *serveFlags) register(fl *pflag.FlagSet, defaultRate string) {
 	fl.StringVar(&f.Workload, "workload", bench.WorkloadSharedPrefix, "workload: "+strings.Join(bench.WorkloadNames, ", "))
+	fl.StringVar(&f.Shape, "shape", "", "a workload preset shaped like llm-d's token-aware routing study's: "+strings.Join(bench.Shapes, ", ")+" (sets --workload and the sizes not given; docs/bench.md)")
 	fl.StringVar(&f.WorkloadFile, "workload-file", "", "read the requests from this JSONL file (one {\"prompt\",\"output_tokens\",\"model\"} per line) instead of generating them")
 	fl.StringVar(&f.ExportWorkload, "export-workload", "", "write the generated requests to this JSONL file")
 	fl.StringVar(&f.DatasetPath, "dataset-path", "", "sharegpt: a local ShareGPT-layout JSON file (nothing is downloaded)")
@@ -169,7 +170,7 @@ func runServingBench(cmd *cobra.Command, f *singleFlags) error {
 	}
 	outDir := f.outputDir
 	if outDir == "" {
-		outDir = filepath.Join("out", "bench", sanitize(f.target)+"-"+f.Workload)
+		outDir = filepath.Join("out", "bench", sanitize(f.target)+"-"+f.Name())
 	}
 	rc.Env.LogDir = f.logDir
 	if rc.Env.LogDir == "" {
