@@ -24,6 +24,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/procfs"
+
 	"github.com/eppkit/eppkit/fakes/gateway/extprocclient"
 	"github.com/eppkit/eppkit/internal/percentile"
 	"github.com/eppkit/eppkit/internal/procstat"
@@ -82,6 +84,10 @@ type Report struct {
 	ClientCPUPerDecisionMs float64 `json:"client_cpu_per_decision_ms,omitempty"`
 	// LoadAverage is the machine's 1-minute load average at the end of the run (/proc/loadavg).
 	LoadAverage float64 `json:"load_average_1m,omitempty"`
+	// EPPRSSBytes and EPPPeakRSSBytes are the EPP process's resident set size at the end of the
+	// window and its peak so far (VmRSS, VmHWM of /proc/<pid>/status); present with --epp-pid.
+	EPPRSSBytes     uint64 `json:"epp_rss_bytes,omitempty"`
+	EPPPeakRSSBytes uint64 `json:"epp_peak_rss_bytes,omitempty"`
 	// Records are the measured decisions, in completion order (Options.Record; not in the JSON).
 	Records []Record `json:"-"`
 }
@@ -100,6 +106,7 @@ type Record struct {
 type LatencySummaryMs struct {
 	P50  float64 `json:"p50"`
 	P90  float64 `json:"p90"`
+	P95  float64 `json:"p95"`
 	P99  float64 `json:"p99"`
 	P999 float64 `json:"p99_9"`
 	Max  float64 `json:"max"`
@@ -230,8 +237,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	// CPU at the end of the window, before the streams are torn down.
 	var eppCPU1, selfCPU1 float64
 	var cpuErr error
+	var rss, peakRSS uint64
 	if o.PID > 0 {
 		eppCPU1, cpuErr = processCPU(o.PID)
+		rss, peakRSS = processRSS(o.PID)
 	}
 	selfCPU1, _ = processCPU(os.Getpid())
 	if r.pool != nil {
@@ -262,6 +271,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			rep.EPPCPUPerDecisionMs = rep.EPPCPUSeconds * 1000 / float64(rep.Decisions)
 		}
 	}
+	rep.EPPRSSBytes, rep.EPPPeakRSSBytes = rss, peakRSS
 	if rep.Decisions > 0 {
 		rep.ClientCPUPerDecisionMs = (selfCPU1 - r.selfCPU0) * 1000 / float64(rep.Decisions)
 	}
@@ -272,6 +282,19 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 
 // processCPU is internal/procstat.CPUSeconds.
 var processCPU = procstat.CPUSeconds
+
+// processRSS is process pid's resident set size and its peak (bytes), 0, 0 when unreadable.
+func processRSS(pid int) (rss, peak uint64) {
+	p, err := procfs.NewProc(pid)
+	if err != nil {
+		return 0, 0
+	}
+	st, err := p.NewStatus()
+	if err != nil {
+		return 0, 0
+	}
+	return st.VmRSS, st.VmHWM
+}
 
 // loadAverage returns the 1-minute load average, 0 when /proc/loadavg cannot be read.
 func loadAverage() float64 {
@@ -487,7 +510,7 @@ func summarize(samples []time.Duration) LatencySummaryMs {
 	}
 	slices.Sort(s)
 	q := func(p float64) float64 { return percentile.Sorted(s, p) }
-	return LatencySummaryMs{P50: q(50), P90: q(90), P99: q(99), P999: q(99.9), Max: s[len(s)-1], Mean: sum / float64(len(s))}
+	return LatencySummaryMs{P50: q(50), P90: q(90), P95: q(95), P99: q(99), P999: q(99.9), Max: s[len(s)-1], Mean: sum / float64(len(s))}
 }
 
 func Print(w io.Writer, rep *Report) {
@@ -508,7 +531,7 @@ func Print(w io.Writer, rep *Report) {
 		fmt.Fprintf(w, "  error %s: %d\n", k, rep.ErrorKinds[k])
 	}
 	l := rep.LatencyMs
-	fmt.Fprintf(w, "latency ms  p50 %.3f  p90 %.3f  p99 %.3f  p99.9 %.3f  max %.3f  mean %.3f\n", l.P50, l.P90, l.P99, l.P999, l.Max, l.Mean)
+	fmt.Fprintf(w, "latency ms  p50 %.3f  p90 %.3f  p95 %.3f  p99 %.3f  p99.9 %.3f  max %.3f  mean %.3f\n", l.P50, l.P90, l.P95, l.P99, l.P999, l.Max, l.Mean)
 	if rep.TargetRate > 0 {
 		l = rep.ServiceMs
 		fmt.Fprintf(w, "service ms  p50 %.3f  p90 %.3f  p99 %.3f  p99.9 %.3f  max %.3f  mean %.3f  (from the actual start)\n", l.P50, l.P90, l.P99, l.P999, l.Max, l.Mean)

@@ -214,8 +214,7 @@ func SummarizeRequests(reqs []Request, percentiles []float64, stageRate *float64
 	ntpots := make([]float64, len(ok))
 	lat := make([]float64, len(ok))
 	var inTok, outTok float64
-	var sizes, promptPer, outPer []float64
-	var cached float64
+	var sizes, outPer []float64
 	for i, r := range ok {
 		lat[i] = r.End - r.Start
 		latency = append(latency, lat[i])
@@ -242,11 +241,7 @@ func SummarizeRequests(reqs []Request, percentiles []float64, stageRate *float64
 		inTok += float64(r.InputTokens)
 		outTok += float64(r.OutputTokens)
 		sizes = append(sizes, float64(r.size()))
-		promptPer = append(promptPer, float64(r.InputTokens))
 		outPer = append(outPer, float64(r.OutputTokens))
-		if r.Usage != nil && r.Usage.CachedTokens != nil {
-			cached += float64(*r.Usage.CachedTokens)
-		}
 	}
 	var ttftList, tpotList []float64
 	for i := range ok {
