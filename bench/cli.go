@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"sigs.k8s.io/yaml"
+
 	"github.com/eppkit/eppkit/conformance"
 	"github.com/eppkit/eppkit/conformance/target"
 	"github.com/eppkit/eppkit/internal/toolcache"
@@ -24,12 +26,28 @@ const (
 	// (manifests/epp-configs/upstream-v1.5.0-predicted-latency.yaml) and `eppkit predictor` as
 	// its prediction and training sidecars (the harness's {{.PredictorURL}}).
 	PolicyUpstreamPredicted = "upstream-v1.5.0-predicted-latency"
-	PolicyCommand           = "command"
+	// PolicyTokenLoad is llm-d-router v0.10.0's token-aware routing in the reference
+	// (optimized-baseline-token-aware.yaml: prefix-cache-affinity-filter + token-load-scorer);
+	// PolicyActiveRequest the same filter with active-request-scorer (active-request.yaml).
+	PolicyTokenLoad     = "token-load"
+	PolicyActiveRequest = "active-request"
+	// PolicyLLMDRouter is llm-d-router v0.10.0's EPP (eppkit tools build llmd-router) with its
+	// optimized-baseline config (the EndpointPickerConfig of its test/perf helm values,
+	// LLMDRouterOptimizedBaseline), discovering the pool through a local kube-apiserver.
+	PolicyLLMDRouter = "llmd-router-v0.10.0"
+	PolicyCommand    = "command"
 )
+
+// BlogPolicies are the five arms of llm-d's token-aware routing study (blog "Sticky until
+// saturated", 2026-08-17) as eppkit runs them — round-robin, token-load, active-request, the
+// reference's load + prefix blend (queue 2, kv-cache 2, prefix 3), predicted latency — and
+// llm-d-router v0.10.0 with its own optimized-baseline config.
+var BlogPolicies = []string{TargetRoundRobin, PolicyTokenLoad, PolicyActiveRequest, PolicyReference, PolicyPredicted, PolicyLLMDRouter}
 
 // AllPolicies lists every policy of `eppkit bench compare`, in table order (round-robin first: the
 // baseline of the ratios).
-var AllPolicies = []string{TargetRoundRobin, PolicyRandom, PolicyReference, PolicyLoadOnly, PolicyPredicted, PolicyUpstream, PolicyUpstreamPredicted, PolicyCommand}
+var AllPolicies = []string{TargetRoundRobin, PolicyRandom, PolicyReference, PolicyLoadOnly, PolicyPredicted, PolicyTokenLoad, PolicyActiveRequest,
+	PolicyUpstream, PolicyUpstreamPredicted, PolicyLLMDRouter, PolicyCommand}
 
 // PolicyConfig is the EndpointPickerConfig file (under PolicyOptions.ConfigsDir) of a policy that
 // runs an EPP with a config of its own: default.yaml (PolicyReference: the default profile for
@@ -50,8 +68,46 @@ func PolicyConfig(policy string) string {
 		return "predicted-latency.yaml"
 	case PolicyUpstreamPredicted:
 		return "upstream-v1.5.0-predicted-latency.yaml"
+	case PolicyTokenLoad:
+		return "optimized-baseline-token-aware.yaml"
+	case PolicyActiveRequest:
+		return "active-request.yaml"
 	}
 	return ""
+}
+
+// llmdRouterCommand runs llm-d-router v0.10.0's EPP against the apiserver source with a config
+// file, as make interop-llmd-router-v0.10.0-optimized-baseline does (flags: its
+// pkg/epp/server/options.go; kubeconfig from $KUBECONFIG; --tracing=false skips the OTLP
+// exporter; --drain-timeout=0s stops it at once).
+const llmdRouterCommand = `KUBECONFIG={{.Kubeconfig}} exec %s --pool-name {{.PoolName}} --pool-namespace {{.PoolNamespace}}` +
+	` --secure-serving=false --metrics-endpoint-auth=false --tracing=false --drain-timeout=0s --grpc-port {{.GRPCPort}}` +
+	` --grpc-health-port {{.HealthPort}} --metrics-port {{.MetricsPort}} --config-file {{.ConfigFile}}`
+
+// LLMDRouterOptimizedBaselinePath is where, in llm-d-router v0.10.0's source tree, the Helm values
+// of its nightly perf job's optimized-baseline router live.
+const LLMDRouterOptimizedBaselinePath = "test/perf/config/router-configs/optimized-baseline.yaml"
+
+// LLMDRouterOptimizedBaseline returns the EndpointPickerConfig embedded in llm-d-router's
+// optimized-baseline Helm values (router.epp.pluginsCustomConfig[router.epp.pluginsConfigFile]):
+// the file its optimized-baseline guide and nightly perf job deploy.
+func LLMDRouterOptimizedBaseline(helmValues []byte) ([]byte, error) {
+	var v struct {
+		Router struct {
+			EPP struct {
+				PluginsConfigFile   string            `json:"pluginsConfigFile"`
+				PluginsCustomConfig map[string]string `json:"pluginsCustomConfig"`
+			} `json:"epp"`
+		} `json:"router"`
+	}
+	if err := yaml.Unmarshal(helmValues, &v); err != nil {
+		return nil, fmt.Errorf("%s: %w", LLMDRouterOptimizedBaselinePath, err)
+	}
+	cfg := v.Router.EPP.PluginsCustomConfig[v.Router.EPP.PluginsConfigFile]
+	if !strings.Contains(cfg, "kind: EndpointPickerConfig") {
+		return nil, fmt.Errorf("%s: no EndpointPickerConfig under router.epp.pluginsCustomConfig[%q]", LLMDRouterOptimizedBaselinePath, v.Router.EPP.PluginsConfigFile)
+	}
+	return []byte(cfg), nil
 }
 
 // upstreamEPPCommand runs the upstream EPP v1.5.0 against the apiserver source (as make
@@ -138,6 +194,9 @@ type PolicyOptions struct {
 	Command, CommandSource string
 	// ConfigsDir holds the EndpointPickerConfig files of the reference policies (--configs-dir).
 	ConfigsDir string
+	// WorkDir receives configs extracted for a policy (llm-d-router's optimized-baseline); ""
+	// is a new temporary directory.
+	WorkDir string
 }
 
 // Policies resolves policy names (AllPolicies' names, comma-separated: --policies) to compare
@@ -177,7 +236,7 @@ func Policies(names string, o PolicyOptions) ([]CompareTarget, []string, error) 
 			out = append(out, CompareTarget{Name: p})
 		case PolicyRandom, PolicyReference, PolicyLoadOnly:
 			err = ref(p, PolicyConfig(p))
-		case PolicyPredicted:
+		case PolicyPredicted, PolicyTokenLoad, PolicyActiveRequest:
 			path := filepath.Join(o.ConfigsDir, PolicyConfig(p))
 			if _, serr := os.Stat(path); serr != nil {
 				skip(p, fmt.Sprintf("%s not found (%v)", path, serr))
@@ -215,6 +274,16 @@ func Policies(names string, o PolicyOptions) ([]CompareTarget, []string, error) 
 				return nil, nil, serr
 			}
 			out = append(out, CompareTarget{Name: p, Target: t, Source: src, ConfigFile: config})
+		case PolicyLLMDRouter:
+			ct, why, lerr := llmdRouterTarget(o)
+			if lerr != nil {
+				return nil, nil, lerr
+			}
+			if why != "" {
+				skip(p, why)
+				continue
+			}
+			out = append(out, ct)
 		case PolicyCommand:
 			if o.Command == "" {
 				if names != strings.Join(AllPolicies, ",") {
@@ -239,6 +308,51 @@ func Policies(names string, o PolicyOptions) ([]CompareTarget, []string, error) 
 		}
 	}
 	return out, notes, nil
+}
+
+// llmdRouterTarget is the PolicyLLMDRouter target, its optimized-baseline config extracted into
+// o.WorkDir; why says why it cannot run (a missing build), err is a failure to set it up.
+func llmdRouterTarget(o PolicyOptions) (ct CompareTarget, why string, err error) {
+	bin, perr := toolcache.Path("llmd-router", "epp")
+	if perr != nil {
+		return ct, fmt.Sprintf("llm-d-router v0.10.0 is not built (eppkit tools build llmd-router): %v", perr), nil
+	}
+	src, perr := toolcache.Path("llmd-router", "src")
+	if perr != nil {
+		return ct, fmt.Sprintf("llm-d-router v0.10.0's source tree is not in the tools cache: %v", perr), nil
+	}
+	if _, kerr := toolcache.Path("k8s", "kube-apiserver"); kerr != nil {
+		return ct, fmt.Sprintf("it discovers through a kube-apiserver, which is not built (eppkit tools build k8s): %v", kerr), nil
+	}
+	values, rerr := os.ReadFile(filepath.Join(src, LLMDRouterOptimizedBaselinePath))
+	if rerr != nil {
+		return ct, fmt.Sprintf("its optimized-baseline config: %v", rerr), nil
+	}
+	cfg, err := LLMDRouterOptimizedBaseline(values)
+	if err != nil {
+		return ct, "", err
+	}
+	dir := o.WorkDir
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "eppkit-bench-"); err != nil {
+			return ct, "", err
+		}
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		return ct, "", err
+	}
+	path := filepath.Join(dir, PolicyLLMDRouter+"-optimized-baseline.yaml")
+	if err := os.WriteFile(path, cfg, 0o644); err != nil {
+		return ct, "", err
+	}
+	t, err := target.NewCommandTarget(PolicyLLMDRouter, fmt.Sprintf(llmdRouterCommand, conformance.ShellQuote(bin)))
+	if err != nil {
+		return ct, "", err
+	}
+	srcOf, err := conformance.NewEndpointSource("apiserver")
+	if err != nil {
+		return ct, "", err
+	}
+	return CompareTarget{Name: PolicyLLMDRouter, Target: t, Source: srcOf, ConfigFile: path}, "", nil
 }
 
 // WriteRun prints the result of one target in the layout of vllm bench serve (block options o),

@@ -7,7 +7,9 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/eppkit/eppkit/conformance"
@@ -58,6 +60,91 @@ type ServeOptions struct {
 	PercentileMetrics, MetricPercentiles string
 	// NoProgress hides the progress bar (--no-progress); Verbose logs harness progress (--verbose).
 	NoProgress, Verbose bool
+	// Shape is --shape: a preset of the workload and its sizes (Shapes); "" = none.
+	Shape string
+	// ReportFormat is --report-format: a comma list of ReportFormats ("" = eppkit). eppkit's
+	// own files are always written; inference-perf adds that tool's report layout.
+	ReportFormat string
+}
+
+// InferencePerf reports whether --report-format asks for inference-perf's reports (it must have
+// been validated: RunConfig does).
+func (f *ServeOptions) InferencePerf() bool {
+	formats, _ := ParseReportFormats(f.ReportFormat)
+	return slices.Contains(formats, ReportInferencePerf)
+}
+
+// Workload shapes (--shape): presets shaped like the three workloads of llm-d's token-aware
+// routing study (blog "Sticky until saturated", 2026-08-17: code-generation, b2b-saas, reasoning),
+// scaled to the fake fleet's context (--max-model-len 8,192) and cache (3,072 blocks of 16 tokens).
+const (
+	// ShapePrefillBound: long shared prefixes, short answers (the blog's code-generation; cf.
+	// inference-perf's workload-catalog/code-generation: a 3,000-token shared system prompt).
+	// shared-prefix, 24 groups × 16 questions, 3,000-token system prompts, 200-token questions
+	// (±30%), 16 output tokens: 72,000 tokens of prefixes, more than one endpoint's 49,152-token
+	// cache and less than two, so where a group goes decides whether its prefix stays cached; a
+	// miss costs 750 ms of prefill.
+	ShapePrefillBound = "prefill-bound"
+	// ShapeMixed: moderate shared prefixes and answers (the blog's b2b-saas). shared-prefix, 32
+	// groups × 16, 1,024-token system prompts, 512-token questions and 128 output tokens (±50%).
+	ShapeMixed = "mixed"
+	// ShapeDecodeBound: short prompts, long answers (the blog's reasoning; cf. inference-perf's
+	// workload-catalog/reasoning: ~1,000 input tokens, long outputs). random, 1,000 input and
+	// 1,024 output tokens (±50%): about 12 s of decode per request.
+	ShapeDecodeBound = "decode-bound"
+)
+
+// Shapes lists the --shape presets.
+var Shapes = []string{ShapePrefillBound, ShapeMixed, ShapeDecodeBound}
+
+// ApplyShape sets the workload of --shape and every size of it the options leave at 0 (flags
+// given explicitly win); "" does nothing. Errors name --shape.
+func (f *ServeOptions) ApplyShape() error {
+	set := func(dst *int, v int) {
+		if *dst == 0 {
+			*dst = v
+		}
+	}
+	setRatio := func(v float64) {
+		if f.RangeRatio == 0 {
+			f.RangeRatio = v
+		}
+	}
+	switch f.Shape {
+	case "":
+	case ShapePrefillBound:
+		f.Workload = WorkloadSharedPrefix
+		set(&f.Groups, 24)
+		set(&f.PromptsPerGroup, 16)
+		set(&f.SystemPromptLen, 3000)
+		set(&f.QuestionLen, 200)
+		set(&f.OutputLen, 16)
+		setRatio(0.3)
+	case ShapeMixed:
+		f.Workload = WorkloadSharedPrefix
+		set(&f.Groups, 32)
+		set(&f.PromptsPerGroup, 16)
+		set(&f.SystemPromptLen, 1024)
+		set(&f.QuestionLen, 512)
+		set(&f.OutputLen, 128)
+		setRatio(0.5)
+	case ShapeDecodeBound:
+		f.Workload = WorkloadRandom
+		set(&f.InputLen, 1000)
+		set(&f.OutputLen, 1024)
+		setRatio(0.5)
+	default:
+		return fmt.Errorf("--shape: unknown shape %q (have %s)", f.Shape, strings.Join(Shapes, ", "))
+	}
+	return nil
+}
+
+// Name is what names a run's output: the shape when there is one, else the workload.
+func (f *ServeOptions) Name() string {
+	if f.Shape != "" {
+		return f.Shape
+	}
+	return f.Workload
 }
 
 // MaxRealFleetSize bounds the fleet of a real (not simulated) run: fakes on 127.0.10.1 … .250.
@@ -138,6 +225,9 @@ func (f *ServeOptions) spec(n int) (Spec, error) {
 // it is a terminal), and, with ExportWorkload, writes the generated requests there.
 func (f *ServeOptions) RunConfig(stderr io.Writer) (RunConfig, error) {
 	var rc RunConfig
+	if err := f.ApplyShape(); err != nil {
+		return rc, err
+	}
 	n, profiles, err := f.Fleet(MaxRealFleetSize)
 	if err != nil {
 		return rc, err
@@ -159,6 +249,11 @@ func (f *ServeOptions) RunConfig(stderr io.Writer) (RunConfig, error) {
 	goodput, err := ParseGoodput(f.Goodput)
 	if err != nil {
 		return rc, err
+	}
+	if f.ReportFormat != "" {
+		if _, err := ParseReportFormats(f.ReportFormat); err != nil {
+			return rc, err
+		}
 	}
 	pcts, err := parsePercentiles(f.MetricPercentiles)
 	if err != nil {

@@ -24,6 +24,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/procfs"
+
 	"github.com/eppkit/eppkit/fakes/gateway/extprocclient"
 	"github.com/eppkit/eppkit/internal/percentile"
 	"github.com/eppkit/eppkit/internal/procstat"
@@ -48,6 +50,8 @@ type Options struct {
 	Response    bool          // also run a small response phase after each pick (not timed)
 	Seed        uint64
 	PID         int // the EPP's process id (same machine): its CPU time over the measured window is reported
+	// Record keeps every measured decision (Report.Records), for the inference-perf report.
+	Record bool
 }
 
 // Report is the result; JSON field names are stable.
@@ -80,6 +84,21 @@ type Report struct {
 	ClientCPUPerDecisionMs float64 `json:"client_cpu_per_decision_ms,omitempty"`
 	// LoadAverage is the machine's 1-minute load average at the end of the run (/proc/loadavg).
 	LoadAverage float64 `json:"load_average_1m,omitempty"`
+	// EPPRSSBytes and EPPPeakRSSBytes are the EPP process's resident set size at the end of the
+	// window and its peak so far (VmRSS, VmHWM of /proc/<pid>/status); present with --epp-pid.
+	EPPRSSBytes     uint64 `json:"epp_rss_bytes,omitempty"`
+	EPPPeakRSSBytes uint64 `json:"epp_peak_rss_bytes,omitempty"`
+	// Records are the measured decisions, in completion order (Options.Record; not in the JSON).
+	Records []Record `json:"-"`
+}
+
+// Record is one measured decision: when it was scheduled (open loop: its arrival; closed loop:
+// when it started), started and ended (the pick, or the failure), its body's size, and what
+// failed ("" = a pick): Kind is the error kind of Report.ErrorKinds, Message its text.
+type Record struct {
+	Scheduled, Started, Ended time.Time
+	BodyBytes                 int
+	Kind, Message             string
 }
 
 // LatencySummaryMs holds decision latencies in milliseconds, from every sample: percentiles by
@@ -87,6 +106,7 @@ type Report struct {
 type LatencySummaryMs struct {
 	P50  float64 `json:"p50"`
 	P90  float64 `json:"p90"`
+	P95  float64 `json:"p95"`
 	P99  float64 `json:"p99"`
 	P999 float64 `json:"p99_9"`
 	Max  float64 `json:"max"`
@@ -147,6 +167,7 @@ type run struct {
 	eppCPUErr         error
 
 	mu       sync.Mutex
+	records  []Record
 	samples  []time.Duration
 	service  []time.Duration
 	errs     map[string]int
@@ -216,8 +237,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	// CPU at the end of the window, before the streams are torn down.
 	var eppCPU1, selfCPU1 float64
 	var cpuErr error
+	var rss, peakRSS uint64
 	if o.PID > 0 {
 		eppCPU1, cpuErr = processCPU(o.PID)
+		rss, peakRSS = processRSS(o.PID)
 	}
 	selfCPU1, _ = processCPU(os.Getpid())
 	if r.pool != nil {
@@ -248,6 +271,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			rep.EPPCPUPerDecisionMs = rep.EPPCPUSeconds * 1000 / float64(rep.Decisions)
 		}
 	}
+	rep.EPPRSSBytes, rep.EPPPeakRSSBytes = rss, peakRSS
 	if rep.Decisions > 0 {
 		rep.ClientCPUPerDecisionMs = (selfCPU1 - r.selfCPU0) * 1000 / float64(rep.Decisions)
 	}
@@ -258,6 +282,19 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 
 // processCPU is internal/procstat.CPUSeconds.
 var processCPU = procstat.CPUSeconds
+
+// processRSS is process pid's resident set size and its peak (bytes), 0, 0 when unreadable.
+func processRSS(pid int) (rss, peak uint64) {
+	p, err := procfs.NewProc(pid)
+	if err != nil {
+		return 0, 0
+	}
+	st, err := p.NewStatus()
+	if err != nil {
+		return 0, 0
+	}
+	return st.VmRSS, st.VmHWM
+}
 
 // loadAverage returns the 1-minute load average, 0 when /proc/loadavg cannot be read.
 func loadAverage() float64 {
@@ -394,18 +431,25 @@ func (r *run) decide(scheduled time.Time) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	rec := Record{Scheduled: scheduled, Started: started, Ended: started.Add(svc), BodyBytes: len(body)}
+	if r.o.Record {
+		defer func() { r.records = append(r.records, rec) }()
+	}
 	switch {
 	case err != nil:
+		rec.Kind, rec.Message = errorKind(err), err.Error()
 		r.errs[errorKind(err)]++
 		if r.firstErr == "" {
 			r.firstErr = err.Error()
 		}
 	case d.Immediate != nil:
+		rec.Kind, rec.Message = "immediate-"+strconv.Itoa(d.Immediate.Status), string(d.Immediate.Body)
 		r.errs["immediate-"+strconv.Itoa(d.Immediate.Status)]++
 		if r.firstErr == "" {
 			r.firstErr = fmt.Sprintf("ImmediateResponse %d: %.200s", d.Immediate.Status, d.Immediate.Body)
 		}
 	case d.Pick() == "":
+		rec.Kind, rec.Message = "no-pick", "the EPP answered without a destination"
 		r.errs["no-pick"]++
 	default:
 		r.samples = append(r.samples, lat)
@@ -448,6 +492,7 @@ func (r *run) report(elapsed time.Duration) *Report {
 	}
 	rep.LatencyMs = summarize(r.samples)
 	rep.ServiceMs = summarize(r.service)
+	rep.Records = r.records
 	return rep
 }
 
@@ -465,7 +510,7 @@ func summarize(samples []time.Duration) LatencySummaryMs {
 	}
 	slices.Sort(s)
 	q := func(p float64) float64 { return percentile.Sorted(s, p) }
-	return LatencySummaryMs{P50: q(50), P90: q(90), P99: q(99), P999: q(99.9), Max: s[len(s)-1], Mean: sum / float64(len(s))}
+	return LatencySummaryMs{P50: q(50), P90: q(90), P95: q(95), P99: q(99), P999: q(99.9), Max: s[len(s)-1], Mean: sum / float64(len(s))}
 }
 
 func Print(w io.Writer, rep *Report) {
@@ -486,7 +531,7 @@ func Print(w io.Writer, rep *Report) {
 		fmt.Fprintf(w, "  error %s: %d\n", k, rep.ErrorKinds[k])
 	}
 	l := rep.LatencyMs
-	fmt.Fprintf(w, "latency ms  p50 %.3f  p90 %.3f  p99 %.3f  p99.9 %.3f  max %.3f  mean %.3f\n", l.P50, l.P90, l.P99, l.P999, l.Max, l.Mean)
+	fmt.Fprintf(w, "latency ms  p50 %.3f  p90 %.3f  p95 %.3f  p99 %.3f  p99.9 %.3f  max %.3f  mean %.3f\n", l.P50, l.P90, l.P95, l.P99, l.P999, l.Max, l.Mean)
 	if rep.TargetRate > 0 {
 		l = rep.ServiceMs
 		fmt.Fprintf(w, "service ms  p50 %.3f  p90 %.3f  p99 %.3f  p99.9 %.3f  max %.3f  mean %.3f  (from the actual start)\n", l.P50, l.P90, l.P99, l.P999, l.Max, l.Mean)

@@ -23,7 +23,7 @@ func TestSummarizeLinearInterpolation(t *testing.T) {
 		s = append(s, time.Duration(i)*time.Millisecond)
 	}
 	got := summarize(s)
-	want := LatencySummaryMs{P50: 500.5, P90: 900.1, P99: 990.01, P999: 999.001, Max: 1000, Mean: 500.5}
+	want := LatencySummaryMs{P50: 500.5, P90: 900.1, P95: 950.05, P99: 990.01, P999: 999.001, Max: 1000, Mean: 500.5}
 	if d := cmp.Diff(want, got, cmpopts.EquateApprox(0, 1e-9)); d != "" {
 		t.Errorf("summarize (-want +got):\n%s", d)
 	}

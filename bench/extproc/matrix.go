@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -28,6 +29,9 @@ const (
 	// TargetNull is the floor: `eppkit bench null-epp`, which answers the protocol and
 	// decides nothing (bench_extproc_null.go).
 	TargetNull = "null"
+	// TargetLLMDRouter is llm-d-router v0.10.0's EPP (eppkit tools build llmd-router) with its
+	// default config, discovering the pool from an InferencePool as the upstream target does.
+	TargetLLMDRouter = "llmd-router"
 )
 
 // Metrics page kinds of the matrix's endpoints (--metrics-pages).
@@ -65,6 +69,16 @@ type MatrixOptions struct {
 	Bench           Options // per-cell load (rate or concurrency, duration, warm-up, seed)
 	// Eppkit is the eppkit binary that runs the reference and null targets ("" = this executable).
 	Eppkit string
+	// InferencePerfDir, when set, receives each cell's inference-perf report (CellReportDir).
+	InferencePerfDir string
+	// LLMDRouterEPP is llm-d-router's EPP binary ("" = the tools cache's llmd-router epp).
+	LLMDRouterEPP string
+	// Rates, when set, is the open-loop ladder (decisions/s) every cell runs in turn, replacing
+	// Bench.Rate; P95BoundMs is the bound of a sustained rate (Sustained).
+	Rates      []float64
+	P95BoundMs float64
+	// PlotDir, when set, receives the P95-against-rate plots of a ladder (WriteOverheadPlots).
+	PlotDir string
 }
 
 // MatrixCell is one measured cell.
@@ -73,6 +87,8 @@ type MatrixCell struct {
 	Pages       string `json:"pages"`
 	Endpoints   int    `json:"endpoints"`
 	PromptBytes int    `json:"prompt_bytes"`
+	// Rate is the cell's open-loop rate (decisions/s; 0 = closed loop).
+	Rate float64 `json:"rate,omitempty"`
 	// ScrapeCPUUsPerEndpointSecond is the EPP's CPU time (µs) per endpoint per second while it
 	// only scraped, before this row's decisions (the same for every cell of a row; -1 when it
 	// could not be read): what keeping the pool's metrics costs at this page kind and interval.
@@ -103,6 +119,7 @@ type MatrixOverFloor struct {
 	DecisionsPerSecond float64 `json:"decisions_per_second_over_null"`
 	Endpoints          int     `json:"endpoints"`
 	PromptBytes        int     `json:"prompt_bytes"`
+	Rate               float64 `json:"rate,omitempty"`
 	P50Ms              float64 `json:"latency_p50_ms"`
 	P99Ms              float64 `json:"latency_p99_ms"`
 	CPUPerDecision     float64 `json:"epp_cpu_per_decision_ms"`
@@ -119,6 +136,11 @@ type MatrixReport struct {
 	Cells                   []MatrixCell      `json:"cells"`
 	RatiosReferenceUpstream []MatrixRatio     `json:"ratios_reference_over_upstream,omitempty"`
 	OverNullFloor           []MatrixOverFloor `json:"over_null_floor,omitempty"`
+	// P95BoundMs, Sustained and RatiosReferenceLLMDRouter are the rate ladder's results (with
+	// Rates set): each target's highest sustained rate and the reference against llm-d-router.
+	P95BoundMs                float64            `json:"p95_bound_ms,omitempty"`
+	Sustained                 []SustainedRow     `json:"sustained,omitempty"`
+	RatiosReferenceLLMDRouter []LLMDRouterRatios `json:"ratios_reference_over_llmd_router,omitempty"`
 }
 
 func ParseIntList(flag, s string, lo int) ([]int, error) {
@@ -147,8 +169,8 @@ func ParseIntList(flag, s string, lo int) ([]int, error) {
 func (m *MatrixOptions) Validate() error {
 	seen := map[string]bool{}
 	for _, t := range m.Targets {
-		if t != TargetReference && t != TargetUpstream && t != TargetNull {
-			return fmt.Errorf("--targets: %q is not %s, %s or %s", t, TargetReference, TargetUpstream, TargetNull)
+		if t != TargetReference && t != TargetUpstream && t != TargetNull && t != TargetLLMDRouter {
+			return fmt.Errorf("--targets: %q is not %s, %s, %s or %s", t, TargetReference, TargetUpstream, TargetLLMDRouter, TargetNull)
 		}
 		if seen[t] {
 			return fmt.Errorf("--targets: %q listed twice", t)
@@ -185,6 +207,21 @@ func (m *MatrixOptions) Validate() error {
 			return fmt.Errorf("--targets upstream needs the upstream EPP binary (--upstream-epp, or `eppkit tools build gie`): %w", err)
 		}
 		m.UpstreamEPP = p
+	}
+	if seen[TargetLLMDRouter] && m.LLMDRouterEPP == "" {
+		p, err := toolcache.Path("llmd-router", "epp")
+		if err != nil {
+			return fmt.Errorf("--targets llmd-router needs llm-d-router's EPP binary (--llmd-router-epp, or `eppkit tools build llmd-router`): %w", err)
+		}
+		m.LLMDRouterEPP = p
+	}
+	for _, r := range m.Rates {
+		if !(r > 0) || math.IsInf(r, 0) {
+			return fmt.Errorf("--rates: %v is not a positive rate", r)
+		}
+	}
+	if len(m.Rates) > 0 && !(m.P95BoundMs > 0) {
+		return fmt.Errorf("--p95-bound must be positive, got %v", m.P95BoundMs)
 	}
 	return nil
 }
@@ -288,7 +325,20 @@ func RunMatrix(ctx context.Context, w io.Writer, m MatrixOptions) (*MatrixReport
 	}
 	rep.RatiosReferenceUpstream = matrixRatios(rep.Cells)
 	rep.OverNullFloor = matrixOverNull(rep.Cells)
+	if len(m.Rates) > 0 {
+		rep.P95BoundMs = m.P95BoundMs
+		rep.Sustained = SustainedRates(rep.Cells, m.P95BoundMs)
+		rep.RatiosReferenceLLMDRouter = ReferenceOverLLMDRouter(rep.Cells, rep.Sustained)
+	}
 	PrintMatrix(w, rep)
+	PrintOverhead(w, rep)
+	if len(m.Rates) > 1 && m.PlotDir != "" {
+		files, err := WriteOverheadPlots(m.PlotDir, rep)
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(w, "wrote %s\n", strings.Join(files, ", "))
+	}
 	if m.Output != "" {
 		b, err := json.MarshalIndent(rep, "", "  ")
 		if err != nil {
@@ -320,8 +370,8 @@ func runMatrixFleet(ctx context.Context, w io.Writer, m MatrixOptions, self stri
 	}
 	defer fleet.Close()
 	for _, target := range m.Targets {
-		if target == TargetUpstream && *cp == nil {
-			fmt.Fprintf(w, "starting kube-apiserver + etcd for the upstream EPP's InferencePool discovery…\n")
+		if (target == TargetUpstream || target == TargetLLMDRouter) && *cp == nil {
+			fmt.Fprintf(w, "starting kube-apiserver + etcd for the upstream EPPs' InferencePool discovery…\n")
 			*cp, err = apiserver.StartControlPlane(ctx, apiserver.ControlPlaneOptions{Dir: filepath.Join(m.LogDir, "apiserver"), KeepDir: true})
 			if err != nil {
 				return fmt.Errorf("upstream target: %w", err)
@@ -374,6 +424,23 @@ func runMatrixRow(ctx context.Context, w io.Writer, m MatrixOptions, self string
 		if p != nil {
 			p.readyMetric = "eppkit_epp_pool_ready_endpoints"
 		}
+	case TargetLLMDRouter:
+		pool := fmt.Sprintf("bench-llmd-%s-%d", pages, n)
+		fmt.Fprintf(w, "  creating InferencePool %s with %d Pods…\n", pool, n)
+		if _, err := apiserver.NewPool(ctx, cp, apiserver.Options{PoolName: pool, Endpoints: fleet.Addrs}); err != nil {
+			return fail(fmt.Errorf("creating the InferencePool: %w", err))
+		}
+		// Flags as make interop-llmd-router-v0.10.0 (its pkg/epp/server/options.go; kubeconfig from
+		// $KUBECONFIG); its default config (queue 2, kv-cache 2, prefix 3).
+		stale := max(2*time.Second, 4*m.RefreshInterval)
+		p, err = startEPPProcess(m.LLMDRouterEPP, []string{"--pool-name", pool, "--pool-namespace", apiserver.DefaultPoolNamespace,
+			"--secure-serving=false", "--metrics-endpoint-auth=false", "--tracing=false", "--drain-timeout=0s",
+			"--grpc-port", strconv.Itoa(grpcPort), "--grpc-health-port", strconv.Itoa(healthPort),
+			"--metrics-port", strconv.Itoa(metricsPort), "--refresh-metrics-interval", m.RefreshInterval.String(),
+			"--metrics-staleness-threshold", stale.String()}, []string{"KUBECONFIG=" + cp.KubeconfigPath}, logPath)
+		if p != nil {
+			p.readyMetric = "inference_pool_ready_pods"
+		}
 	case TargetUpstream:
 		pool := fmt.Sprintf("bench-%s-%d", pages, n) // one pool per page kind and size: the control plane serves the whole run
 		fmt.Fprintf(w, "  creating InferencePool %s with %d Pods…\n", pool, n)
@@ -423,21 +490,31 @@ func runMatrixRow(ctx context.Context, w io.Writer, m MatrixOptions, self string
 		fmt.Fprintf(w, "  %-9s %-9s %5d endpoints  scraping only: %.1f µs CPU per endpoint per second\n", target, pages, n, scrapeCost)
 	}
 	var cells []MatrixCell
+	rates := m.Rates
+	if len(rates) == 0 {
+		rates = []float64{m.Bench.Rate}
+	}
 	for _, size := range m.PromptSizes {
-		o := m.Bench
-		o.EPP, o.PromptBytes, o.PID = p.grpcAddr, size, p.proc.PID()
-		r, err := Run(ctx, o)
-		c := MatrixCell{Target: target, Pages: pages, Endpoints: n, PromptBytes: size, Report: r, ScrapeCPUUsPerEndpointSecond: scrapeCost}
-		if err == nil && r != nil {
-			err = ErrNoDecision(r)
-		}
-		if err != nil {
-			c.Error = err.Error()
-		}
-		cells = append(cells, c)
-		fmt.Fprintf(w, "  %s\n", cellLine(c))
-		if ctx.Err() != nil {
-			return cells, ctx.Err()
+		for _, rate := range rates {
+			o := m.Bench
+			o.EPP, o.PromptBytes, o.PID, o.Rate = p.grpcAddr, size, p.proc.PID(), rate
+			o.Record = m.InferencePerfDir != ""
+			r, err := Run(ctx, o)
+			c := MatrixCell{Target: target, Pages: pages, Endpoints: n, PromptBytes: size, Rate: rate, Report: r, ScrapeCPUUsPerEndpointSecond: scrapeCost}
+			if err == nil && r != nil {
+				err = ErrNoDecision(r)
+			}
+			if err == nil && o.Record {
+				_, err = WriteInferencePerf(CellReportDir(m.InferencePerfDir, c), r)
+			}
+			if err != nil {
+				c.Error = err.Error()
+			}
+			cells = append(cells, c)
+			fmt.Fprintf(w, "  %s\n", cellLine(c))
+			if ctx.Err() != nil {
+				return cells, ctx.Err()
+			}
 		}
 	}
 	return cells, nil
@@ -473,13 +550,17 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 }
 
 func cellLine(c MatrixCell) string {
-	head := fmt.Sprintf("%-9s %-9s %5d endpoints %6d B", c.Target, c.Pages, c.Endpoints, c.PromptBytes)
+	head := fmt.Sprintf("%-11s %-9s %5d endpoints %7d B", c.Target, c.Pages, c.Endpoints, c.PromptBytes)
+	if c.Rate > 0 {
+		head += fmt.Sprintf(" @ %.0f/s", c.Rate)
+	}
 	if c.Error != "" {
 		return head + "  error: " + c.Error
 	}
 	r := c.Report
-	return fmt.Sprintf("%s  %8.1f/s  p50 %7.3f  p99 %7.3f  p99.9 %7.3f ms  errors %d  EPP CPU %.3f ms/decision  load %.1f",
-		head, r.DecisionsPerSec, r.LatencyMs.P50, r.LatencyMs.P99, r.LatencyMs.P999, r.Errors, r.EPPCPUPerDecisionMs, r.LoadAverage)
+	return fmt.Sprintf("%s  %8.1f/s  p50 %7.3f  p95 %7.3f  p99 %7.3f  p99.9 %7.3f ms  errors %d  dropped %d  EPP CPU %.3f ms/decision  RSS %.0f MiB  load %.1f",
+		head, r.DecisionsPerSec, r.LatencyMs.P50, r.LatencyMs.P95, r.LatencyMs.P99, r.LatencyMs.P999, r.Errors, r.Dropped, r.EPPCPUPerDecisionMs,
+		float64(r.EPPRSSBytes)/(1<<20), r.LoadAverage)
 }
 
 // matrixRatios pairs reference and upstream cells of equal pages and size.
@@ -487,6 +568,7 @@ func matrixRatios(cells []MatrixCell) []MatrixRatio {
 	type key struct {
 		pages   string
 		n, size int
+		rate    float64
 	}
 	ref, up := map[key]*Report{}, map[key]*Report{}
 	var order []key
@@ -494,7 +576,7 @@ func matrixRatios(cells []MatrixCell) []MatrixRatio {
 		if c.Report == nil || c.Error != "" {
 			continue
 		}
-		k := key{c.Pages, c.Endpoints, c.PromptBytes}
+		k := key{c.Pages, c.Endpoints, c.PromptBytes, c.Rate}
 		switch c.Target {
 		case TargetReference:
 			ref[k] = c.Report
@@ -529,20 +611,21 @@ func matrixOverNull(cells []MatrixCell) []MatrixOverFloor {
 	type key struct {
 		pages   string
 		n, size int
+		rate    float64
 	}
 	floor := map[key]*Report{}
 	for _, c := range cells {
 		if c.Target == TargetNull && c.Report != nil && c.Error == "" {
-			floor[key{c.Pages, c.Endpoints, c.PromptBytes}] = c.Report
+			floor[key{c.Pages, c.Endpoints, c.PromptBytes, c.Rate}] = c.Report
 		}
 	}
 	var out []MatrixOverFloor
 	for _, c := range cells {
-		f := floor[key{c.Pages, c.Endpoints, c.PromptBytes}]
+		f := floor[key{c.Pages, c.Endpoints, c.PromptBytes, c.Rate}]
 		if c.Target == TargetNull || c.Report == nil || c.Error != "" || f == nil {
 			continue
 		}
-		out = append(out, MatrixOverFloor{Target: c.Target, Pages: c.Pages, Endpoints: c.Endpoints, PromptBytes: c.PromptBytes,
+		out = append(out, MatrixOverFloor{Target: c.Target, Pages: c.Pages, Endpoints: c.Endpoints, PromptBytes: c.PromptBytes, Rate: c.Rate,
 			DecisionsPerSecond: ratioOf(c.Report.DecisionsPerSec, f.DecisionsPerSec),
 			P50Ms:              c.Report.LatencyMs.P50 - f.LatencyMs.P50, P99Ms: c.Report.LatencyMs.P99 - f.LatencyMs.P99,
 			CPUPerDecision: c.Report.EPPCPUPerDecisionMs - f.EPPCPUPerDecisionMs})
@@ -562,17 +645,21 @@ func ratioOf(a, b float64) float64 {
 // endpoint per second while only scraping), reference ÷ upstream per cell, each EPP ÷ the null
 // floor's decisions/s, and each EPP minus the floor.
 func PrintMatrix(w io.Writer, rep *MatrixReport) {
-	fmt.Fprintf(w, "\n%-9s %-9s %9s %8s %10s %9s %9s %9s %7s %12s %12s %14s %6s\n", "target", "pages", "endpoints", "prompt", "decisions/s",
-		"p50 ms", "p99 ms", "p99.9 ms", "errors", "EPP CPU ms/d", "drv CPU ms/d", "scrape µs/ep/s", "load")
+	fmt.Fprintf(w, "\n%-11s %-9s %9s %8s %7s %10s %9s %9s %9s %9s %7s %12s %12s %8s %14s %6s\n", "target", "pages", "endpoints", "prompt", "rate", "decisions/s",
+		"p50 ms", "p95 ms", "p99 ms", "p99.9 ms", "errors", "EPP CPU ms/d", "drv CPU ms/d", "RSS MiB", "scrape µs/ep/s", "load")
 	for _, c := range rep.Cells {
+		rate := "closed"
+		if c.Rate > 0 {
+			rate = fmt.Sprintf("%.0f", c.Rate)
+		}
 		if c.Error != "" || c.Report == nil {
-			fmt.Fprintf(w, "%-9s %-9s %9d %8d  error: %s\n", c.Target, c.Pages, c.Endpoints, c.PromptBytes, c.Error)
+			fmt.Fprintf(w, "%-11s %-9s %9d %8d %7s  error: %s\n", c.Target, c.Pages, c.Endpoints, c.PromptBytes, rate, c.Error)
 			continue
 		}
 		r := c.Report
-		fmt.Fprintf(w, "%-9s %-9s %9d %8d %10.1f %9.3f %9.3f %9.3f %7d %12.3f %12.3f %14.1f %6.1f\n", c.Target, c.Pages, c.Endpoints, c.PromptBytes,
-			r.DecisionsPerSec, r.LatencyMs.P50, r.LatencyMs.P99, r.LatencyMs.P999, r.Errors, r.EPPCPUPerDecisionMs,
-			r.ClientCPUPerDecisionMs, c.ScrapeCPUUsPerEndpointSecond, r.LoadAverage)
+		fmt.Fprintf(w, "%-11s %-9s %9d %8d %7s %10.1f %9.3f %9.3f %9.3f %9.3f %7d %12.3f %12.3f %8.0f %14.1f %6.1f\n", c.Target, c.Pages, c.Endpoints, c.PromptBytes,
+			rate, r.DecisionsPerSec, r.LatencyMs.P50, r.LatencyMs.P95, r.LatencyMs.P99, r.LatencyMs.P999, r.Errors, r.EPPCPUPerDecisionMs,
+			r.ClientCPUPerDecisionMs, float64(r.EPPRSSBytes)/(1<<20), c.ScrapeCPUUsPerEndpointSecond, r.LoadAverage)
 	}
 	if len(rep.RatiosReferenceUpstream) > 0 {
 		fmt.Fprintf(w, "\nreference ÷ upstream  %-9s %9s %8s %12s %9s %9s %14s\n", "pages", "endpoints", "prompt", "decisions/s", "p50", "p99", "CPU/decision")
@@ -581,10 +668,14 @@ func PrintMatrix(w io.Writer, rep *MatrixReport) {
 		}
 	}
 	if len(rep.OverNullFloor) > 0 {
-		fmt.Fprintf(w, "\nagainst the null floor (decisions/s as a ratio; latency and CPU as differences of percentiles and means)\n%-9s %-9s %9s %8s %14s %9s %9s %14s\n",
-			"target", "pages", "endpoints", "prompt", "÷ null dec/s", "p50 ms", "p99 ms", "EPP CPU ms/d")
+		fmt.Fprintf(w, "\nagainst the null floor (decisions/s as a ratio; latency and CPU as differences of percentiles and means)\n%-11s %-9s %9s %8s %7s %14s %9s %9s %14s\n",
+			"target", "pages", "endpoints", "prompt", "rate", "÷ null dec/s", "p50 ms", "p99 ms", "EPP CPU ms/d")
 		for _, r := range rep.OverNullFloor {
-			fmt.Fprintf(w, "%-9s %-9s %9d %8d %14.2f %+9.3f %+9.3f %+14.3f\n", r.Target, r.Pages, r.Endpoints, r.PromptBytes, r.DecisionsPerSecond, r.P50Ms, r.P99Ms, r.CPUPerDecision)
+			rate := "closed"
+			if r.Rate > 0 {
+				rate = fmt.Sprintf("%.0f", r.Rate)
+			}
+			fmt.Fprintf(w, "%-11s %-9s %9d %8d %7s %14.2f %+9.3f %+9.3f %+14.3f\n", r.Target, r.Pages, r.Endpoints, r.PromptBytes, rate, r.DecisionsPerSecond, r.P50Ms, r.P99Ms, r.CPUPerDecision)
 		}
 	}
 }

@@ -21,7 +21,8 @@ import (
 // Policies are the policies `eppkit bench simulate` knows, in table order: the baselines
 // (round-robin, oracle) and the reference EPP with the EndpointPickerConfig files of
 // `eppkit bench compare` (bench.PolicyConfig).
-var Policies = []string{PolicyRoundRobin, bench.PolicyRandom, bench.PolicyReference, bench.PolicyLoadOnly, bench.PolicyPredicted, PolicyOracle}
+var Policies = []string{PolicyRoundRobin, bench.PolicyRandom, bench.PolicyReference, bench.PolicyLoadOnly, bench.PolicyPredicted,
+	bench.PolicyTokenLoad, bench.PolicyActiveRequest, PolicyOracle}
 
 // DefaultValidatePolicies are the policies of `eppkit bench simulate --validate`; DefaultComparePolicies
 // those of `eppkit bench simulate compare`.
@@ -105,7 +106,7 @@ func (o *Options) NewPicker(policy, configFile string) (Picker, error) {
 		return NewRoundRobin(), nil
 	case PolicyOracle:
 		return NewOracle(), nil
-	case bench.PolicyRandom, bench.PolicyReference, bench.PolicyLoadOnly, bench.PolicyPredicted:
+	case bench.PolicyRandom, bench.PolicyReference, bench.PolicyLoadOnly, bench.PolicyPredicted, bench.PolicyTokenLoad, bench.PolicyActiveRequest:
 		if o.NewReference == nil {
 			return nil, errors.New("sim: Options.NewReference is not set (bench/simepp.NewPicker)")
 		}
@@ -137,7 +138,7 @@ func Simulate(ctx context.Context, stdout, stderr io.Writer, o SimulateOptions) 
 	}
 	outDir := o.OutputDir
 	if outDir == "" {
-		outDir = filepath.Join("out", "bench", "simulate-"+o.Policy+"-"+strconv.Itoa(o.FleetSize)+"-"+o.Workload)
+		outDir = filepath.Join("out", "bench", "simulate-"+o.Policy+"-"+strconv.Itoa(o.FleetSize)+"-"+o.Name())
 	}
 	fmt.Fprintf(stderr, "eppkit bench simulate: policy %s, %d endpoints, workload %s, rate %s req/s over %v of virtual time, seed %d, load average %s\n",
 		o.Policy, o.FleetSize, o.Workload, o.Rate, o.Duration, o.Seed, bench.LoadAverage())
@@ -151,8 +152,40 @@ func Simulate(ctx context.Context, stdout, stderr io.Writer, o SimulateOptions) 
 	if err != nil {
 		return runFailed(err)
 	}
+	if o.InferencePerf() {
+		more, err := WriteInferencePerf(outDir, cfg, res)
+		if err != nil {
+			return runFailed(err)
+		}
+		files = append(files, more...)
+	}
 	fmt.Fprintf(stdout, "wrote %s\n", strings.Join(files, ", "))
 	return nil
+}
+
+// Requests returns the n requests a simulation of cfg sends (the same as Run's, arrival i's
+// request at index i).
+func Requests(cfg Config, n int) ([]bench.Request, error) {
+	next, _, err := requestSource(cfg)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]bench.Request, n)
+	for i := range out {
+		out[i] = next(i)
+	}
+	return out, nil
+}
+
+// WriteInferencePerf writes the inference-perf report of the simulated run res of cfg under
+// outDir/inference-perf/<policy> (bench.WriteInferencePerf; times are seconds of virtual time
+// from the simulation's epoch) and returns the files written.
+func WriteInferencePerf(outDir string, cfg Config, res *Result) ([]string, error) {
+	reqs, err := Requests(cfg, len(res.Outcomes))
+	if err != nil {
+		return nil, err
+	}
+	return bench.WriteInferencePerf(outDir, []*bench.Result{res.Result}, reqs)
 }
 
 // ValidateOptions are the options of `eppkit bench simulate --validate`: the policies run both in
@@ -207,7 +240,7 @@ func RunValidation(ctx context.Context, stdout, stderr io.Writer, o ValidateOpti
 	}
 	outDir := o.OutputDir
 	if outDir == "" {
-		outDir = filepath.Join("out", "bench", "simulate-validate-"+o.Workload)
+		outDir = filepath.Join("out", "bench", "simulate-validate-"+o.Name())
 	}
 	rc.Env.Eppkit, rc.Env.LogDir = o.Eppkit, filepath.Join(outDir, "logs")
 	if rc.Env.Eppkit == "" {
@@ -252,6 +285,18 @@ func RunValidation(ctx context.Context, stdout, stderr io.Writer, o ValidateOpti
 	files, err := bench.WriteOutputs(outDir, all, -1)
 	if err != nil {
 		return runFailed(err)
+	}
+	if o.InferencePerf() && len(real.Results) > 0 {
+		// all alternates each policy's real and simulated result; both saw the same requests.
+		reqs, err := Requests(scfg, len(real.Results[0].Outcomes))
+		if err != nil {
+			return runFailed(err)
+		}
+		more, err := bench.WriteInferencePerf(outDir, all, reqs)
+		if err != nil {
+			return runFailed(err)
+		}
+		files = append(files, more...)
 	}
 	path := filepath.Join(outDir, "validation.json")
 	if err := bench.WriteJSONFile(path, struct {
@@ -308,14 +353,19 @@ func RunCompare(ctx context.Context, stdout, stderr io.Writer, o CompareOptions)
 	}
 	outDir := o.OutputDir
 	if outDir == "" {
-		outDir = filepath.Join("out", "bench", "simulate-compare-"+o.Workload)
+		outDir = filepath.Join("out", "bench", "simulate-compare-"+o.Name())
 	}
 	fmt.Fprintf(stderr, "eppkit bench simulate compare: %s on %s endpoints, %.1f req/s per endpoint, %v warm-up + %v measured (virtual), seed %d, load average %s\n",
 		strings.Join(policies, ", "), o.Endpoints, o.RatePerEndpoint, o.Warmup, o.Duration, o.Seed, bench.LoadAverage())
+	ipDir := ""
+	if o.InferencePerf() {
+		ipDir = outDir
+	}
 	started := time.Now()
 	sw, err := RunSweep(ctx, SweepConfig{Base: base, FleetSizes: sizes, Policies: policies, RatePerEndpoint: o.RatePerEndpoint,
 		Warmup: o.Warmup, Duration: o.Duration, GroupsPerEndpoint: o.GroupsPerEndpoint, MinRequests: o.MinRequests, Log: stderr,
-		NewPicker: func(p string) (Picker, error) { return o.NewPicker(p, "") }})
+		InferencePerfDir: ipDir,
+		NewPicker:        func(p string) (Picker, error) { return o.NewPicker(p, "") }})
 	if err != nil && (sw == nil || !sw.Interrupted) {
 		return badOptions("%v", err)
 	}

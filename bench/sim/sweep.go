@@ -65,6 +65,9 @@ type SweepConfig struct {
 	MinRequests int
 	// Log receives one line per run; nil discards.
 	Log io.Writer
+	// InferencePerfDir, when set, receives the inference-perf report of each cell's first
+	// replica (warm-up stage 0, measured stage 1) under inference-perf/<policy>-<size>/.
+	InferencePerfDir string
 }
 
 // SweepRow is one cell: a policy at a fleet size. Latencies are over the measured step's
@@ -216,6 +219,15 @@ func runCell(ctx context.Context, cfg SweepConfig, n int, policy string) (*Sweep
 		res, err := Run(ctx, c, p)
 		if err != nil {
 			return nil, err
+		}
+		if k == 0 && cfg.InferencePerfDir != "" {
+			named := *res
+			br := *res.Result
+			br.Target = fmt.Sprintf("%s-%d", policy, n)
+			named.Result = &br
+			if _, err := WriteInferencePerf(cfg.InferencePerfDir, c, &named); err != nil {
+				return nil, err
+			}
 		}
 		winMs := cfg.Duration.Seconds() * 1000
 		tokens, finished := inWindow(res.Outcomes, cfg.Warmup.Seconds()*1000, winMs)

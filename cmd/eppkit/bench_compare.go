@@ -33,13 +33,19 @@ oracle bound.
 Policies (--policies, default all): round-robin; random (reference + random-picker.yaml);
 reference (the reference default profile); load-only (reference + load-only.yaml: queue + KV
 scorers); predicted-latency (reference + predicted-latency.yaml, when that file exists);
-upstream-v1.5.0 (when 'eppkit tools path gie epp' finds it; discovers through a local
-kube-apiserver, so 'eppkit tools build k8s' must have run); command (--command, any EPP).
+token-load (reference + optimized-baseline-token-aware.yaml: llm-d-router v0.10.0's
+prefix-cache-affinity-filter + token-load-scorer); active-request (the same filter +
+active-request-scorer); upstream-v1.5.0 (when 'eppkit tools path gie epp' finds it; discovers
+through a local kube-apiserver, so 'eppkit tools build k8s' must have run); llmd-router-v0.10.0
+(llm-d-router's EPP with its optimized-baseline config, when 'eppkit tools build llmd-router'
+has run; also through the kube-apiserver); command (--command, any EPP). The blog's five arms
+plus llm-d-router: --policies ` + strings.Join(bench.BlogPolicies, ",") + `.
 
 Writes results.json, comparison.json and the plots under --output-dir (default out/bench/compare-<workload>).
 Ctrl-C (or SIGTERM) stops the comparison: the policies that finished are still printed and written,
 comparison.json says "interrupted": true with the policies not run, and the exit code is 2.`,
 		Example: `  eppkit bench compare --workload shared-prefix --duration 60s
+  eppkit bench compare --shape prefill-bound --policies ` + strings.Join(bench.BlogPolicies, ",") + ` --rate 2,4,6,8 --duration 120s
   eppkit bench compare --policies round-robin,reference --rate 4,8,12,16 --duration 80s`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runBenchCompare(cmd, &f) },
@@ -64,13 +70,13 @@ func runBenchCompare(cmd *cobra.Command, f *compareFlags) error {
 	}
 	outDir := f.outputDir
 	if outDir == "" {
-		outDir = filepath.Join("out", "bench", "compare-"+f.Workload)
+		outDir = filepath.Join("out", "bench", "compare-"+f.Name())
 	}
 	rc.Env.LogDir = f.logDir
 	if rc.Env.LogDir == "" {
 		rc.Env.LogDir = filepath.Join(outDir, "logs")
 	}
-	targets, notes, err := bench.Policies(f.policies, bench.PolicyOptions{Command: f.command, CommandSource: f.commandSource, ConfigsDir: f.configsDir})
+	targets, notes, err := bench.Policies(f.policies, bench.PolicyOptions{Command: f.command, CommandSource: f.commandSource, ConfigsDir: f.configsDir, WorkDir: outDir})
 	if err != nil {
 		return badFlags("%v", err)
 	}
@@ -106,6 +112,9 @@ func runBenchCompare(cmd *cobra.Command, f *compareFlags) error {
 		return &exitError{code: 2, err: errors.New("no policy ran")}
 	}
 	if err := bench.WriteComparison(stdout, outDir, c, rc); err != nil {
+		return err
+	}
+	if err := f.writeInferencePerf(stdout, outDir, rc, c.Results); err != nil {
 		return err
 	}
 	if c.Interrupted {

@@ -3,11 +3,17 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/eppkit/eppkit/bench"
 	"github.com/eppkit/eppkit/bench/extproc"
 	"github.com/eppkit/eppkit/fakes/gateway/extprocclient"
 )
@@ -17,6 +23,7 @@ func init() { benchSubcommands = append(benchSubcommands, newBenchExtprocCommand
 func newBenchExtprocCommand() *cobra.Command {
 	o := extproc.Options{}
 	var asJSON bool
+	var reportFormat, reportDir string
 	mf := &matrixFlags{}
 	cmd := &cobra.Command{
 		Use:   "extproc (--epp ADDR | --targets null,reference,upstream) (--rate R | --concurrency N) [--duration 10s]",
@@ -52,6 +59,14 @@ driver and the machine's scheduler set, and the table then shows every other tar
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signalContext()
 			defer stop()
+			formats, err := bench.ParseReportFormats(reportFormat)
+			if err != nil {
+				return badFlags("%v", err)
+			}
+			if slices.Contains(formats, bench.ReportInferencePerf) {
+				o.Record = true
+				mf.m.InferencePerfDir = reportDir
+			}
 			if mf.targets != "" {
 				if o.EPP != "" {
 					return badFlags("%v", errMatrixAndEPP)
@@ -84,6 +99,13 @@ driver and the machine's scheduler set, and the table then shows every other tar
 			if err != nil {
 				return err
 			}
+			if o.Record && len(rep.Records) > 0 {
+				files, err := extproc.WriteInferencePerf(reportDir, rep)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "wrote inference-perf report: %s\n", strings.Join(files, ", "))
+			}
 			if asJSON {
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				enc.SetIndent("", "  ")
@@ -115,11 +137,17 @@ driver and the machine's scheduler set, and the table then shows every other tar
 	fl.Uint64Var(&o.Seed, "seed", 0, "Seed for prompts and arrivals (0 = from the clock; printed)")
 	fl.IntVar(&o.PID, "epp-pid", 0, "Process id of the EPP on this machine: report its CPU time per decision (from /proc/<pid>/stat)")
 	fl.BoolVar(&asJSON, "json", false, "Print the report as JSON")
-	fl.StringVar(&mf.targets, "targets", "", "Matrix mode: EPPs to start and measure, comma-separated: reference, upstream, null (the do-nothing floor) (excludes --epp)")
+	fl.StringVar(&reportFormat, "report-format", bench.ReportEppkit, "Reports: eppkit (the table or --json, always), inference-perf (also inference-perf's lifecycle JSON in --report-dir; a request is a decision)")
+	fl.StringVar(&reportDir, "report-dir", filepath.Join("out", "bench", "extproc", bench.InferencePerfDir), "Where --report-format inference-perf writes (matrix mode: one folder per cell)")
+	fl.StringVar(&mf.targets, "targets", "", "Matrix mode: EPPs to start and measure, comma-separated: reference, upstream (GIE v1.5.0), llmd-router (llm-d-router v0.10.0, its default config), null (the do-nothing floor) (excludes --epp)")
 	fl.StringVar(&mf.counts, "endpoint-counts", "10,100,1000", "Matrix mode: pool sizes, comma-separated")
 	fl.StringVar(&mf.pages, "metrics-pages", extproc.PagesMinimal, "Matrix mode: the endpoints' /metrics pages, comma-separated: minimal (a fake vLLM's gauge-only page, the same every scrape), realistic (a real vLLM v1 page: every family and histogram bucket, 2 engines, 4 LoRA adapters, about 300 KB, values changing every scrape)")
 	fl.StringVar(&mf.sizes, "prompt-sizes", "2048,32768", "Matrix mode: prompt lengths in bytes, comma-separated (overrides --prompt-bytes)")
 	fl.DurationVar(&mf.m.RefreshInterval, "refresh-metrics-interval", time.Second, "Matrix mode: the EPPs' metrics scrape interval (both EPPs default to 50ms; 1,000 endpoints at 50ms is 20,000 scrapes/s)")
+	fl.StringVar(&mf.rates, "rates", "", "Matrix mode: an open-loop ladder of rates (decisions/s), comma-separated, each run for --duration per cell (replaces --rate); the table then gives each target's highest sustained rate (no failed or dropped decision, ≥ 90% of the rate decided, P95 ≤ --p95-bound), the reference against llm-d-router, and P95-against-rate plots in --plot-dir")
+	fl.Float64Var(&mf.m.P95BoundMs, "p95-bound", extproc.DefaultP95BoundMs, "Matrix mode with --rates: the decision-latency P95 (ms) a sustained rate must stay within")
+	fl.StringVar(&mf.m.PlotDir, "plot-dir", filepath.Join("out", "bench", "extproc"), "Matrix mode with --rates: where the P95-against-rate plots go")
+	fl.StringVar(&mf.m.LLMDRouterEPP, "llmd-router-epp", "", "Matrix mode: llm-d-router v0.10.0's EPP binary (default: the tools cache's llmd-router epp)")
 	fl.StringVar(&mf.m.UpstreamEPP, "upstream-epp", "", "Matrix mode: upstream EPP binary (default: the tools cache's gie epp)")
 	fl.StringVar(&mf.m.LogDir, "log-dir", "", "Matrix mode: directory for the EPP and control-plane logs (default: a new temporary directory)")
 	fl.StringVar(&mf.m.Output, "output", "", "Matrix mode: also write the report as JSON to this file")
@@ -131,8 +159,8 @@ var errMatrixAndEPP = errors.New("--epp and --targets cannot both be set: --epp 
 
 // matrixFlags holds the raw flag values of the matrix mode.
 type matrixFlags struct {
-	targets, counts, sizes, pages string
-	m                             extproc.MatrixOptions
+	targets, counts, sizes, pages, rates string
+	m                                    extproc.MatrixOptions
 }
 
 func (f *matrixFlags) options(bench extproc.Options) (extproc.MatrixOptions, error) {
@@ -154,6 +182,21 @@ func (f *matrixFlags) options(bench extproc.Options) (extproc.MatrixOptions, err
 	}
 	if m.PromptSizes, err = extproc.ParseIntList("--prompt-sizes", f.sizes, 1); err != nil {
 		return m, err
+	}
+	for _, r := range strings.Split(f.rates, ",") {
+		if r = strings.TrimSpace(r); r == "" {
+			continue
+		}
+		v, err := strconv.ParseFloat(r, 64)
+		if err != nil || !(v > 0) {
+			return m, fmt.Errorf("--rates: %q is not a positive rate", r)
+		}
+		m.Rates = append(m.Rates, v)
+	}
+	if len(m.Rates) > 0 {
+		if err := os.MkdirAll(m.PlotDir, 0o755); err != nil {
+			return m, fmt.Errorf("--plot-dir: %w", err)
+		}
 	}
 	return m, nil
 }

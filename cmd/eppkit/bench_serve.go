@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
@@ -31,6 +32,7 @@ type serveFlags struct {
 
 func (f *serveFlags) register(fl *pflag.FlagSet, defaultRate string) {
 	fl.StringVar(&f.Workload, "workload", bench.WorkloadSharedPrefix, "workload: "+strings.Join(bench.WorkloadNames, ", "))
+	fl.StringVar(&f.Shape, "shape", "", "a workload preset shaped like llm-d's token-aware routing study's: "+strings.Join(bench.Shapes, ", ")+" (sets --workload and the sizes not given; docs/bench.md)")
 	fl.StringVar(&f.WorkloadFile, "workload-file", "", "read the requests from this JSONL file (one {\"prompt\",\"output_tokens\",\"model\"} per line) instead of generating them")
 	fl.StringVar(&f.ExportWorkload, "export-workload", "", "write the generated requests to this JSONL file")
 	fl.StringVar(&f.DatasetPath, "dataset-path", "", "sharegpt: a local ShareGPT-layout JSON file (nothing is downloaded)")
@@ -64,6 +66,7 @@ func (f *serveFlags) register(fl *pflag.FlagSet, defaultRate string) {
 	fl.StringVar(&f.logDir, "log-dir", "", "target logs (default <output-dir>/logs)")
 	fl.BoolVar(&f.NoProgress, "no-progress", false, "no progress bar (it is shown only when stderr is a terminal)")
 	fl.BoolVar(&f.Verbose, "verbose", false, "log harness progress")
+	fl.StringVar(&f.ReportFormat, "report-format", bench.ReportEppkit, "reports to write, comma-separated: eppkit (results.json, vllm_*.json, plots: always written), inference-perf (also inference-perf's summary, per-stage and per-request lifecycle JSON under <output-dir>/inference-perf/<target>/)")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of this process (load generator, gateway, fleet) to this file")
 	_ = fl.MarkHidden("cpuprofile")
 }
@@ -167,7 +170,7 @@ func runServingBench(cmd *cobra.Command, f *singleFlags) error {
 	}
 	outDir := f.outputDir
 	if outDir == "" {
-		outDir = filepath.Join("out", "bench", sanitize(f.target)+"-"+f.Workload)
+		outDir = filepath.Join("out", "bench", sanitize(f.target)+"-"+f.Name())
 	}
 	rc.Env.LogDir = f.logDir
 	if rc.Env.LogDir == "" {
@@ -186,7 +189,28 @@ func runServingBench(cmd *cobra.Command, f *singleFlags) error {
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
-	return bench.WriteRun(stdout, outDir, res, f.BlockOptions(rc))
+	if err := bench.WriteRun(stdout, outDir, res, f.BlockOptions(rc)); err != nil {
+		return err
+	}
+	return f.writeInferencePerf(stdout, outDir, rc, []*bench.Result{res})
+}
+
+// writeInferencePerf writes the inference-perf reports of results when --report-format asks
+// for them, with the requests of rc's plan (the same for every result of a run or comparison).
+func (f *serveFlags) writeInferencePerf(stdout io.Writer, outDir string, rc bench.RunConfig, results []*bench.Result) error {
+	if !f.InferencePerf() {
+		return nil
+	}
+	plan, err := bench.MakePlan(rc, bench.AdapterNames(rc.Env.FleetSize))
+	if err != nil {
+		return err
+	}
+	files, err := bench.WriteInferencePerf(outDir, results, plan.Requests)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "wrote inference-perf reports: %s\n", strings.Join(files, ", "))
+	return nil
 }
 
 func sanitize(s string) string {

@@ -11,6 +11,7 @@ import (
 	"github.com/eppkit/eppkit/reference/plugins/prefix"
 	"github.com/eppkit/eppkit/reference/plugins/profiles"
 	"github.com/eppkit/eppkit/reference/plugins/scorers"
+	"github.com/eppkit/eppkit/reference/plugins/tokenload"
 )
 
 // RegisterAll registers every reference plugin type in reg and the default producers of
@@ -25,8 +26,10 @@ import (
 //	max-score-picker, random-picker, weighted-random-picker        (plugins/pickers)
 //	single-profile-handler, latency-fallback-profile-handler,
 //	disagg-profile-handler                                         (plugins/profiles)
-//	predicted-latency-producer, prefix-cache-affinity-filter,
-//	slo-headroom-tier-filter, latency-scorer, latency-slo-admitter (plugins/latency)
+//	predicted-latency-producer, slo-headroom-tier-filter,
+//	latency-scorer, latency-slo-admitter                           (plugins/latency)
+//	inflight-load-producer, token-load-scorer,
+//	active-request-scorer, prefix-cache-affinity-filter            (plugins/tokenload)
 //	legacy-prefix-cache-scorer                                     (plugins/legacyprefix)
 //	precise-prefix-cache-producer                                  (plugins/preciseprefix)
 //
@@ -48,6 +51,7 @@ func RegisterAllWithPredictor(reg *framework.Registry, newPredictor latency.Pred
 		profiles.Register,
 		func(r *framework.Registry) error { return latency.Register(r, newPredictor) },
 		preciseprefix.Register,
+		tokenload.Register,
 	} {
 		if err := register(reg); err != nil {
 			panic(err)

@@ -102,7 +102,9 @@ type AffinityFilterParameters struct {
 	MaxTTFTPenaltyMs float64 `json:"maxTTFTPenaltyMs"`
 }
 
-// AffinityFilter is prefix-cache-affinity-filter (SPEC §3): it keeps the candidates whose prefix
+// AffinityFilter is GIE v1.5.0's prefix-cache-affinity-filter (SPEC §3), kept for the
+// predicted-latency suite; the registered type is reference/plugins/tokenload's llm-d-router
+// v0.10.0 filter (the same gate with ttftSource: latencyPredictor). It keeps the candidates whose prefix
 // score is at least AffinityThreshold; when none passes it keeps all. With probability
 // ExplorationProbability (seeded) it keeps all, and it keeps all when stickiness would cost more
 // than MaxTTFTPenaltyMs of predicted TTFT.
@@ -129,14 +131,6 @@ func NewAffinityFilter(name string, params AffinityFilterParameters, seed int64)
 	}
 	tn := typed(AffinityFilterType, name)
 	return &AffinityFilter{typedName: tn, params: params, rnd: newLockedRand(seed, tn.String())}, nil
-}
-
-func affinityFilterFactory(name string, raw json.RawMessage, h framework.Handle) (framework.Plugin, error) {
-	p := AffinityFilterParameters{AffinityThreshold: 0.80, ExplorationProbability: 0.01, MaxTTFTPenaltyMs: 5000}
-	if err := framework.DecodeParameters(raw, &p); err != nil {
-		return nil, err
-	}
-	return NewAffinityFilter(name, p, seedOf(h))
 }
 
 // TypedName returns the plugin's type and name.

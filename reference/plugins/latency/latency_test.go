@@ -125,11 +125,11 @@ func TestParameterErrorsNameTheField(t *testing.T) {
 		}, "parameters.headroomSelectionStrategy"},
 		{"scorer weight", func() error { _, err := scorerFactory("", json.RawMessage(`{"ttftWeight":-1}`), nil); return err }, "parameters.ttftWeight"},
 		{"affinity threshold", func() error {
-			_, err := affinityFilterFactory("", json.RawMessage(`{"affinityThreshold":2}`), nil)
+			_, err := NewAffinityFilter("", AffinityFilterParameters{AffinityThreshold: 2}, 0)
 			return err
 		}, "parameters.affinityThreshold"},
 		{"affinity exploration", func() error {
-			_, err := affinityFilterFactory("", json.RawMessage(`{"explorationProbability":-0.1}`), nil)
+			_, err := NewAffinityFilter("", AffinityFilterParameters{ExplorationProbability: -0.1}, 0)
 			return err
 		}, "parameters.explorationProbability"},
 		{"tier epsilon", func() error {

@@ -9,18 +9,19 @@ import (
 	"github.com/eppkit/eppkit/reference/predictor"
 )
 
-// Register adds the five plugin types of this package to reg and names predicted-latency-producer
+// Register adds the four plugin types of this package to reg and names predicted-latency-producer
 // the default producer of LatencyPredictionInfoKey, so a config with only a latency scorer or
 // filter gets one with default parameters (the in-process predictor). newPredictor builds each
 // producer's predictor; nil gives producers without a predictor (every request is scored by the
-// composite fallback). It returns the first registration error.
+// composite fallback). It returns the first registration error. prefix-cache-affinity-filter is
+// registered by reference/plugins/tokenload (llm-d-router v0.10.0's filter, whose
+// ttftSource: latencyPredictor is this package's AffinityFilter's gate on predicted TTFT).
 func Register(reg *framework.Registry, newPredictor PredictorFactory) error {
 	for _, r := range []struct {
 		typ string
 		f   framework.FactoryFunc
 	}{
 		{ProducerType, ProducerFactory(newPredictor)},
-		{AffinityFilterType, affinityFilterFactory},
 		{TierFilterType, tierFilterFactory},
 		{ScorerType, scorerFactory},
 		{AdmitterType, admitterFactory},
