@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"sort"
@@ -209,6 +210,25 @@ func runDisruptionModelServerDown(t harness.TestingT, s *harness.Suite) {
 	}
 	m := s.Fleet.Member(0)
 	addr := m.Addr()
+	// The source must be able to mark the stopped server's Pod not ready: ask before anything is
+	// stopped (marking a ready endpoint ready changes nothing).
+	ctx, cancel := context.WithTimeout(context.Background(), s.Timeouts.EndpointChange.D())
+	err := s.SetEndpointReady(ctx, addr, true)
+	cancel()
+	if errors.Is(err, harness.ErrUnsupported) {
+		harness.Skip(t, "the endpoint source cannot mark an endpoint not ready (use --endpoint-source apiserver)")
+	}
+	if err != nil {
+		t.Fatalf("mark %s ready: %v", addr, err)
+	}
+	t.Cleanup(func() {
+		if !m.Running() {
+			_ = m.Start()
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), s.Timeouts.EndpointChange.D())
+		defer cancel()
+		_ = s.SetEndpointReady(ctx, addr, true)
+	})
 	stop := make(chan struct{})
 	var counts []*loadCounts
 	done := make(chan struct{})
@@ -219,25 +239,14 @@ func runDisruptionModelServerDown(t harness.TestingT, s *harness.Suite) {
 	time.Sleep(2 * time.Second)
 	down := time.Now()
 	m.Kill()
-	ctx, cancel := context.WithTimeout(context.Background(), s.Timeouts.EndpointChange.D())
-	err := s.SetEndpointReady(ctx, addr, false)
+	ctx, cancel = context.WithTimeout(context.Background(), s.Timeouts.EndpointChange.D())
+	err = s.SetEndpointReady(ctx, addr, false)
 	cancel()
 	if err != nil {
 		close(stop)
 		<-done
-		if err == harness.ErrUnsupported {
-			harness.Skip(t, "the endpoint source cannot mark an endpoint not ready (use --endpoint-source apiserver)")
-		}
 		t.Fatalf("mark %s not ready: %v", addr, err)
 	}
-	t.Cleanup(func() {
-		if !m.Running() {
-			_ = m.Start()
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), s.Timeouts.EndpointChange.D())
-		defer cancel()
-		_ = s.SetEndpointReady(ctx, addr, true)
-	})
 	time.Sleep(s.Timeouts.EndpointChange.D() / 2)
 	close(stop)
 	<-done

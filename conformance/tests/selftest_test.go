@@ -252,7 +252,7 @@ func TestEPPProfileAgainstToyEPP(t *testing.T) {
 	// created after the EPP started, a second pool) do not apply to it and skip, saying why; the
 	// tests that need an endpoint source that marks endpoints not ready run in the readiness
 	// subtest below.
-	secondInstance := []string{"EPPReadinessFollowsSync", "EPPEndpointListScopedToPool"}
+	secondInstance := []string{"EPPReadinessFollowsSync", "EPPEndpointListScopedToPool", "EPPPoolFailoverScoped", "EPPReadinessOnlyOnLeader"}
 	readinessTests := []string{"EPPPickIsReadyEndpoint", "EPPNoEligibleEndpoint503", "EPPSubsetHintIneligible503"}
 	coreTests = slices.DeleteFunc(coreTests, func(n string) bool {
 		return slices.Contains(secondInstance, n) || n == "EPPSubsetHintIneligible503"
