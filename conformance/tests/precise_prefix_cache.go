@@ -112,6 +112,10 @@ func nextSeq(t harness.TestingT, pool *harness.Suite, ep string) uint64 {
 	return st[0].NextSeq
 }
 
+// probeHeaders make a probe's model server answer 503 before it runs anything (fakes/vllm
+// X-Return-Error), so the probe leaves no KV-cache block behind.
+var probeHeaders = map[string]string{"X-Return-Error": "503"}
+
 func runPrecisePrefixCache(t harness.TestingT, s *harness.Suite) {
 	if why := s.SidePoolUnsupported(); why != "" {
 		harness.Skip(t, "%s", why)
@@ -156,9 +160,11 @@ func runPrecisePrefixCache(t harness.TestingT, s *harness.Suite) {
 	// Each trial uses its own prefix, so a request that goes astray (and stores its prefix where
 	// it lands) spoils only its own trial. The EPP follows events asynchronously (within
 	// metricsPropagation, a precondition): before a trial's request, probes made of the prefix's
-	// first ~16 tokens (one block: nearly harmless where they land) are sent until
-	// requiredConsecutiveSuccesses in a row go to the holder; a trial whose probes never do within
-	// metricsPropagation is a miss.
+	// first ~16 tokens are sent until requiredConsecutiveSuccesses in a row go to the holder; a
+	// trial whose probes never do within metricsPropagation is a miss. Each probe asks its model
+	// server to fail at once (X-Return-Error: 503, answered before anything runs, as
+	// llm-d-inference-sim does), so a probe stores no block where it lands: a probe sent before
+	// the EPP has the events cannot make a second endpoint hold the prefix.
 	probeOf := func(prefix string) string {
 		f := strings.Fields(prefix)
 		return strings.Join(f[:min(len(f), 20)], " ") + " "
@@ -170,7 +176,7 @@ func runPrecisePrefixCache(t harness.TestingT, s *harness.Suite) {
 		for i := 0; i < plan.N; i++ {
 			prefix, want := trial()
 			err := harness.Eventually(pool.Timeouts.MetricsPropagation.D(), pool.Timeouts.Poll.D(), pool.Timeouts.RequiredConsecutiveSuccesses, func() error {
-				ep, err := send(pool, pathCompletions, completionBody(pool.ModelName, probeOf(prefix)+words(1), nil))
+				ep, err := sendWithHeaders(pool, pathCompletions, completionBody(pool.ModelName, probeOf(prefix)+words(1), nil), probeHeaders)
 				if err != nil {
 					return err
 				}
@@ -221,7 +227,7 @@ func runPrecisePrefixCache(t harness.TestingT, s *harness.Suite) {
 		// The EPP must first know the prefix is cached where it was served (its events said so):
 		// what it later unlearns is what it had learnt.
 		if err := harness.Eventually(pool.Timeouts.MetricsPropagation.D(), pool.Timeouts.Poll.D(), pool.Timeouts.RequiredConsecutiveSuccesses, func() error {
-			ep, err := send(pool, pathCompletions, completionBody(pool.ModelName, probeOf(prefix)+words(1), nil))
+			ep, err := sendWithHeaders(pool, pathCompletions, completionBody(pool.ModelName, probeOf(prefix)+words(1), nil), probeHeaders)
 			if err != nil {
 				return err
 			}
