@@ -169,6 +169,9 @@ type Config struct {
 	// MessageTimeout bounds each wait for an EPP response (Envoy's message_timeout); default
 	// DefaultMessageTimeout. For body phases the bound starts once the last chunk was sent.
 	MessageTimeout time.Duration
+	// Stalls, when set, is the run's StallWatch (extprocclient.Client.Stalls): once the EPP has
+	// left one phase unanswered several times in a row, the gateway's waits for it are cut short.
+	Stalls *extprocclient.StallWatch
 	// StatusOnError is the FailClose local-reply status; default DefaultStatusOnError (500).
 	StatusOnError int
 	// HeaderSemantics is how the EPP's header mutations are applied: SemanticsEnvoyExtProc
@@ -266,6 +269,7 @@ func New(cfg Config) (*Gateway, error) {
 			return nil, fmt.Errorf("gateway: EPPAddress: %w", err)
 		}
 		c.MessageTimeout = cfg.MessageTimeout
+		c.Stalls = cfg.Stalls
 		g.epp = c
 	}
 	return g, nil
