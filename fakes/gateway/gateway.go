@@ -60,7 +60,8 @@ const (
 	PodHeader = "x-inference-pod"
 	// DestinationHeader is the EPP's pick header; never forwarded to the client.
 	DestinationHeader = extprocclient.DestinationKey
-	// GatewayErrorHeader on a local reply names what the gateway refused: "duplicated-header"
+	// GatewayErrorHeader on a local reply names what the gateway refused: "malformed-pick" (a
+	// pick address that is not ip:port), "duplicated-header"
 	// (strict mode: the request would reach the model server with a header twice) or
 	// "late-pick" (the pick arrived after Envoy releases the request headers to the router).
 	GatewayErrorHeader = "x-eppkit-gateway-error"
@@ -197,6 +198,12 @@ type Gateway struct {
 	retry     http.RoundTripper // keep-alives off; see roundTrip
 	rr        atomic.Uint64
 	log       *slog.Logger
+
+	// malformed counts strict-mode requests in a row refused for a malformed pick
+	// (MalformedPicks); malformedMsg is the last one's message.
+	malformed    atomic.Int64
+	malformedMu  sync.Mutex
+	malformedMsg string
 }
 
 // New validates cfg and returns a Gateway. Errors name the offending field.

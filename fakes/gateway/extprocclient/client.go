@@ -312,6 +312,17 @@ func (s *Stream) RecvArmed(ctx context.Context, armed <-chan struct{}, d time.Du
 			return nil, fmt.Errorf("extprocclient: %w", &StallError{Phase: ph, Sent: sent, Answered: answered, HeadersAnswered: headers,
 				Waited: time.Since(armedAt), Streak: s.watch.stalled(ph), Short: short && ph == phase})
 		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) && !armedAt.IsZero() {
+				// The caller's deadline ended the wait first: still a stall of the phase, named
+				// and counted like a message timeout.
+				s.mu.Lock()
+				ph, sent, answered := s.pend.outstanding()
+				s.mu.Unlock()
+				if ph != PhaseNone {
+					return nil, fmt.Errorf("extprocclient: %w: %w", ctx.Err(), &StallError{Phase: ph, Sent: sent, Answered: answered,
+						Waited: time.Since(armedAt), Streak: s.watch.stalled(ph), Short: short && ph == phase})
+				}
+			}
 			return nil, ctx.Err()
 		}
 	}
