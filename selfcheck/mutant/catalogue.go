@@ -87,6 +87,10 @@ const (
 	HeadersAppended         Name = "headers-appended"
 	RefusalReasonMissing    Name = "refusal-reason-missing"
 	ModelRewriteNotSplit    Name = "model-rewrite-not-split"
+	// The protocol bugs real EPPs ship that used to stop the harness instead of failing a test
+	// (issue 32).
+	MetadataWithoutPort Name = "metadata-without-port"
+	BodyNotStreamedBack Name = "body-not-streamed-back"
 )
 
 // Mutant describes one mutant for the matrix.
@@ -191,6 +195,10 @@ var catalogue = []Mutant{
 		Via: Interceptor, Where: "selfcheck/mutant/interceptor: x-eppkit-reason is removed from every ImmediateResponse (the JSON body stays)", Kind: BlackBox, Target: "ReferenceRefusalReasonHeader"},
 	{Name: ModelRewriteNotSplit, Breaks: "an InferenceModelRewrite's targets share requests by weight (SPEC §9.4, upstream)",
 		Via: ModelRewriteSource, Where: "selfcheck/mutant/wrap ModelRewrites: the first target chosen for a model is kept for every later request for it", Kind: BlackBox, Target: "OpenAIModelRewriteWeighted"},
+	{Name: MetadataWithoutPort, Breaks: "each pick value, header and dynamic metadata alike, is a comma list of ip:port (GIE proposal 004 Destination Endpoint; SPEC §5.1)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: the dynamic metadata envoy.lb/x-gateway-destination-endpoint loses every port (the header keeps them)", Kind: BlackBox, Target: "EPPPickHeaderAndMetadata"},
+	{Name: BodyNotStreamedBack, Breaks: "every request body chunk is answered with a streamed body mutation in FULL_DUPLEX_STREAMED mode, changed or not (GIE proposal 004 streaming; SPEC §5.1)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: the EPP's streamed request_body responses are dropped when they return the body unchanged (an EPP that answers only a changed body, as in BUFFERED mode)", Kind: BlackBox, Target: "EPPBodyStreamedBack"},
 	{Name: PluginStateScoreOnly, Breaks: "the prefix producer writes its plugin state in PrepareData, so the pick is indexed without a prefix scorer (GIE PR #2005, SPEC §1)",
 		Via: Plugin, Where: "selfcheck/mutant/wrap: approx-prefix-cache-producer wrapped, its plugin-state entry deleted when PrepareData ends", Kind: WhiteBox, Suite: "pluginstate",
 		Target: "the only profile has no prefix scorer should hold: PreRequest indexes the pick"},

@@ -214,8 +214,10 @@ type stream struct {
 	// incomplete last SSE line.
 	sse  bool
 	line []byte
-	// held are request_body responses held back until end_of_stream (body-not-chunked).
-	held []*extprocv3.ProcessingResponse
+	// held are request_body responses held back until end_of_stream (body-not-chunked,
+	// body-not-streamed-back); returned is the body they carry (body-not-streamed-back).
+	held     []*extprocv3.ProcessingResponse
+	returned []byte
 	// path and body are the current request's :path and the request body received so far.
 	path string
 	body []byte
@@ -235,7 +237,7 @@ func (st *stream) request(msg *extprocv3.ProcessingRequest) error {
 		h := r.RequestHeaders.GetHeaders()
 		st.hadRequestID = headerValue(h, headerRequestID) != ""
 		st.objective = headerValue(h, headerObjective)
-		st.held = nil
+		st.held, st.returned = nil, nil
 		st.path, st.body = headerValue(h, headerPath), nil
 	case *extprocv3.ProcessingRequest_RequestBody:
 		st.body = append(st.body, r.RequestBody.GetBody()...)

@@ -1,7 +1,9 @@
 package interceptor
 
 import (
+	"bytes"
 	"encoding/json"
+	"net"
 	"strconv"
 	"strings"
 
@@ -254,6 +256,47 @@ var rules = map[mutant.Name]rule{
 			}
 		}
 		return pass(resp)
+	}},
+
+	// The pick metadata loses its ports: "10.0.0.1:8000,10.0.0.2:8000" reaches the gateway as
+	// "10.0.0.1,10.0.0.2"; the header stays as the EPP set it.
+	mutant.MetadataWithoutPort: {response: func(_ *stream, resp *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, *ending) {
+		if pick := pickMetadata(resp); pick != "" {
+			parts := strings.Split(pick, ",")
+			for i, a := range parts {
+				if host, _, err := net.SplitHostPort(strings.TrimSpace(a)); err == nil {
+					parts[i] = host
+				}
+			}
+			setPickMetadata(resp, strings.Join(parts, ","))
+		}
+		return pass(resp)
+	}},
+
+	// Streamed request_body responses that give the body back unchanged are held, and dropped
+	// once the whole body came back unchanged: the gateway gets no answer to its body chunks
+	// unless the EPP changed the body (then every held response goes out with the last one).
+	mutant.BodyNotStreamedBack: {response: func(st *stream, resp *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, *ending) {
+		sr := resp.GetRequestBody().GetResponse().GetBodyMutation().GetStreamedResponse()
+		if sr == nil {
+			if resp.GetRequestHeaders() != nil || resp.GetImmediateResponse() != nil {
+				st.held, st.returned = nil, nil
+			}
+			return pass(resp)
+		}
+		st.held = append(st.held, resp)
+		st.returned = append(st.returned, sr.GetBody()...)
+		if !sr.GetEndOfStream() {
+			return nil, nil
+		}
+		held := st.held
+		st.held = nil
+		unchanged := bytes.Equal(st.returned, st.body)
+		st.returned = nil
+		if unchanged {
+			return nil, nil
+		}
+		return held, nil
 	}},
 
 	// ImmediateResponses lose x-eppkit-reason; the status and JSON body stay.
