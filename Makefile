@@ -104,11 +104,12 @@ UPSTREAM_EPP     := KUBECONFIG={{.Kubeconfig}} exec $$(./bin/eppkit tools path g
 LWEPP            := KUBECONFIG={{.Kubeconfig}} exec $$(./bin/eppkit tools path gie-v1.6.0 lwepp) --pool-name {{.PoolName}} \
 	--pool-namespace {{.PoolNamespace}} --secure-serving=false --grpc-port {{.GRPCPort}} \
 	--grpc-health-port {{.HealthPort}} --metrics-port {{.MetricsPort}}
-# OpenAIResponseUsageRobust runs apart (it crashes v1.5.0 and llm-d's EPP: the -usage-crash runs);
-# ReferenceDuplicateRequestIDIsolated is left out because its result against them is a race: both
-# key plugin state by x-request-id (GIE #1489), which the test caught in 1 of 3 runs against v1.5.0
-# and 0 of 2 against llm-d (reports/interop/README.md).
-UPSTREAM_SKIP    := OpenAIResponseUsageRobust,ReferenceDuplicateRequestIDIsolated
+# OpenAIResponseUsageRobust runs apart (it crashes v1.5.0 and llm-d's EPP: the -usage-crash runs).
+# DuplicateRequestIDIsolated (formerly ReferenceDuplicateRequestIDIsolated) needs the EPP-Production
+# feature RequestIDIsolation, which these runs do not claim: both key plugin state by x-request-id
+# (GIE #1489), which the test caught in 1 of 3 runs against v1.5.0 and 0 of 2 against llm-d
+# (reports/interop/README.md).
+UPSTREAM_SKIP    := OpenAIResponseUsageRobust
 # llm-d's EPP (llm-d-inference-scheduler v0.7.1: GIE v1.4.0's runner, so v1.5.0's flags and
 # $$KUBECONFIG). It always creates an OTLP trace exporter to localhost:4317 and samples 10% of
 # requests (pkg/telemetry/tracing.go, InitTracing); OTEL_TRACES_SAMPLER_ARG=0 samples none, so it
@@ -307,14 +308,15 @@ e2e-framework: build
 ## conformance-cluster: the conformance suite against the reference EPP deployed in a kind cluster
 # (--target cluster --provider kind: fleet pods, InferencePool and EPP in the cluster, reached
 # through port-forwards). CLUSTER_FEATURES are the features claimed; DataParallelRanks and
-# PredictedLatency need processes on this host the EPP cannot reach, and ReferenceStaleEndpointFiltered
-# stops a fake's metrics endpoint in process (docs/kubernetes.md).
+# PredictedLatency need processes on this host the EPP cannot reach, and StaleEndpointFiltered (its
+# feature StaleEndpointFiltering is not claimed here) stops a fake's metrics endpoint in process
+# (docs/kubernetes.md).
 CLUSTER_FEATURES ?= OpenAIRequestParsing,PrefixCacheAffinity,QueueAwareness,KVCacheAwareness,LoRAAffinity,EndpointChurn,RequestShedding
 conformance-cluster: build
 	hack/container-engine.sh --check >/dev/null || exit 2
 	$(MAKE) --no-print-directory image
 	./bin/eppkit conformance --target cluster --endpoint-source cluster --provider kind --profiles all \
-		--supported-features $(CLUSTER_FEATURES) --config-file $(CONFORMANCE_CONFIG) --skip-tests ReferenceStaleEndpointFiltered \
+		--supported-features $(CLUSTER_FEATURES) --config-file $(CONFORMANCE_CONFIG) \
 		--log-dir out/conformance-cluster $(CONFORMANCE_FLAGS)
 
 ## catalogue: regenerate reports/CATALOGUE.md from the conformance test registry

@@ -17,6 +17,9 @@ type ExpectedFailures struct {
 	Path string
 	// Tests are the ShortNames expected to fail, sorted.
 	Tests []string
+	// Renamed are warnings for lines that name a test by a former name (ConformanceTest.FormerNames);
+	// Tests holds its ShortName.
+	Renamed []string
 }
 
 // LoadExpectedFailures reads an expected-failures file: one test ShortName per line, anything
@@ -36,6 +39,12 @@ func LoadExpectedFailures(path string, tests []ConformanceTest) (ExpectedFailure
 	for line := 1; sc.Scan(); line++ {
 		text, _, _ := strings.Cut(sc.Text(), "#")
 		fields := strings.Fields(text)
+		if len(fields) == 1 {
+			if n, renamed := ResolveName(tests, fields[0]); renamed {
+				ef.Renamed = append(ef.Renamed, fmt.Sprintf("--expect-failures %s:%d: %s is now named %s; use the new name", path, line, fields[0], n))
+				fields[0] = n
+			}
+		}
 		switch {
 		case len(fields) == 0:
 			continue

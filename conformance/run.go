@@ -171,6 +171,9 @@ type plan struct {
 	startFleet harness.FleetStarter
 	seed       int64
 	meta       ReportMeta
+	// warnings are printed to Options.Err when the run starts (former test names, a publication
+	// without a version or a reproduction).
+	warnings []string
 }
 
 // Validate checks the options against the registry (every name must exist) and the files they
@@ -187,7 +190,18 @@ func (o Options) plan() (*plan, error) {
 	}
 	p := &plan{opts: o, tests: tests}
 	p.sel = Selection{Profiles: o.Profiles, SupportedFeatures: o.SupportedFeatures, ExemptFeatures: o.ExemptFeatures,
-		SkipTests: o.SkipTests, RunTest: strings.TrimSpace(o.RunTest)}
+		SkipTests: slices.Clone(o.SkipTests), RunTest: strings.TrimSpace(o.RunTest)}
+	// Renamed tests keep answering to their former names (ConformanceTest.FormerNames).
+	if n, renamed := ResolveName(tests, p.sel.RunTest); renamed {
+		p.warnings = append(p.warnings, fmt.Sprintf("--run-test %s: the test is now named %s; use the new name", p.sel.RunTest, n))
+		p.sel.RunTest = n
+	}
+	for i, name := range p.sel.SkipTests {
+		if n, renamed := ResolveName(tests, name); renamed {
+			p.warnings = append(p.warnings, fmt.Sprintf("--skip-tests %s: the test is now named %s; use the new name", name, n))
+			p.sel.SkipTests[i] = n
+		}
+	}
 	if p.sel.Profiles == nil {
 		p.sel.Profiles = slices.Clone(Profiles)
 	}
@@ -260,6 +274,7 @@ func (o Options) plan() (*plan, error) {
 		if p.expect, err = LoadExpectedFailures(o.ExpectFailures, tests); err != nil {
 			return nil, exitErr(ExitBadOptions, "%w", err)
 		}
+		p.warnings = append(p.warnings, p.expect.Renamed...)
 	}
 	if o.FleetSize < 0 || o.FleetSize > 250 {
 		return nil, exitErr(ExitBadOptions, "--fleet-size: must be in [1,250], got %d", o.FleetSize)
@@ -358,6 +373,10 @@ type Session struct {
 	mu       sync.Mutex
 	results  map[string]TestResult
 	finished bool
+
+	// startErr is the harness error of a run whose target was started but never got ready (or
+	// whose gateway did not start): Finish reports every test not run with it.
+	startErr string
 }
 
 // Start validates opts, prints the banner, starts the harness (when a selected test will run)
@@ -375,7 +394,27 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	p.meta.Date = s.start
 	fmt.Fprintf(s.out, "eppkit conformance %s: target %s, endpoint source %s, profiles %v, supported features %v, seed %d\n",
 		p.meta.EppkitVersion, p.target.Name(), p.source.Name(), p.sel.Profiles, p.sel.SupportedFeatures, p.seed)
+	if opts.Err != nil {
+		for _, w := range p.warnings {
+			fmt.Fprintln(opts.Err, "warning: "+w)
+		}
+	}
 	if err := s.startHarness(); err != nil {
+		var he *harness.Error
+		if errors.As(err, &he) && he.TargetStarted && s.ctx.Err() == nil {
+			// The target was started: the run still gets its reports, every test not run, so a
+			// CI job sees a JUnit and a ConformanceReport naming the phase that failed.
+			s.startErr = err.Error()
+			fmt.Fprintf(s.out, "the harness could not start (%s); every selected test is reported not run\n", he.Stage)
+			if _, ferr := s.Finish(); ferr != nil {
+				var ee *ExitError
+				if errors.As(ferr, &ee) && ee.Code == ExitHarness && !strings.HasPrefix(ee.Error(), "write ") {
+					return nil, err
+				}
+				return nil, &ExitError{Code: ExitHarness, Err: errors.Join(err, ferr)}
+			}
+			return nil, err
+		}
 		r := NewResults(p.meta, p.target.Name(), p.source.Name(), p.seed, s.start, nil, Verdict{})
 		r.ExitCode, r.Error, r.Interrupted = err.Code, err.Error(), errors.Is(ctx.Err(), context.Canceled)
 		if werr := s.writeResultsFile(r); werr != nil {
@@ -433,7 +472,7 @@ func (s *Session) startHarness() *ExitError {
 			return exitErr(ExitHarness, "the harness could not start: %w\n"+
 				"--target address does not start an EPP: start yours first, listening at %s, or fix %s", err, nl.Addr, flag)
 		}
-		return exitErr(ExitHarness, "the harness could not start: %w", err)
+		return &ExitError{Code: ExitHarness, Err: fmt.Errorf("the harness could not start: %w", err)}
 	}
 	s.suite = suite
 	fmt.Fprintf(s.out, "harness ready in %s: pool %v, target ext_proc %s\n", time.Since(s.start).Round(time.Millisecond),
@@ -481,6 +520,10 @@ func (s *Session) RunOne(ct ConformanceTest) TestResult {
 	return res[0]
 }
 
+// HarnessNotStartedMessage is the skip reason of every selected test of a run whose target was
+// started but whose harness never got ready (Verdict.Stopped has the harness error).
+const HarnessNotStartedMessage = "not run: the harness could not start (see the run's verdict)"
+
 // NotRunMessage is the skip reason the reports give a selected test its driver never ran (a
 // `go test -run` or `ginkgo --focus` filter).
 const NotRunMessage = "not run: the test driver filtered it out (go test -run, ginkgo --focus or --label-filter)"
@@ -504,6 +547,8 @@ func (s *Session) Finish() (Result, error) {
 			res = TestResult{Test: ct, Outcome: Skipped, Message: NotRunMessage, Start: s.start}
 			if reason := s.p.sel.SkipReason(ct); reason != "" {
 				res.Message = reason
+			} else if s.startErr != "" {
+				res.Message, res.Interrupted = HarnessNotStartedMessage, true
 			} else if s.ctx.Err() != nil {
 				res.Message, res.Interrupted = InterruptedMessage, true
 			}
@@ -516,7 +561,7 @@ func (s *Session) Finish() (Result, error) {
 	}
 	p, o := s.p, s.p.opts
 	res := Result{Tests: results, Seed: p.seed, Start: s.start}
-	in := JudgeInput{Selection: p.sel, Interrupted: errors.Is(s.ctx.Err(), context.Canceled), TargetDown: s.targetDown()}
+	in := JudgeInput{Selection: p.sel, Interrupted: errors.Is(s.ctx.Err(), context.Canceled), TargetDown: s.targetDown(), HarnessError: s.startErr}
 	if o.ExpectFailures != "" {
 		in.Expect = &p.expect
 	}

@@ -93,16 +93,23 @@ func (r *Runner) Run(tests []ConformanceTest) []TestResult {
 			}
 		}
 		out = append(out, res)
-		if r.Progress != nil {
+		// A test of a feature not claimed did not run and is counted only as not supported, in
+		// the profile line (as in the YAML and junit.xml): no line of its own.
+		if r.Progress != nil && !r.Selection.NotSupported(ct) {
 			fmt.Fprintln(r.Progress, ProgressLine(res))
 		}
 	}
 	return out
 }
 
-// ProgressLine formats one finished test for the console.
+// ProgressLine formats one finished test for the console: PASS, FAIL, SKIP (the selection or
+// the run's end left it out) or N/A (not applicable: a precondition unmet), the test and its
+// time, and for all but PASS the first line of the message.
 func ProgressLine(res TestResult) string {
 	tag := map[Outcome]string{Passed: "PASS", Failed: "FAIL", Skipped: "SKIP"}[res.Outcome]
+	if res.Outcome == Skipped && strings.HasPrefix(res.Message, harness.NotApplicablePrefix) {
+		tag = "N/A"
+	}
 	line := fmt.Sprintf("%-4s  %s/%s (%s)", tag, res.Test.Profile, res.Test.ShortName, res.Duration.Round(time.Millisecond))
 	if res.Outcome != Passed && res.Message != "" {
 		line += ": " + firstLine(res.Message)
@@ -157,7 +164,8 @@ func (r *Runner) runOne(ct ConformanceTest) TestResult {
 	case rec.Failed:
 		res.Outcome, res.Message = Failed, rec.FirstFailure
 	case rec.Skipped:
-		res.Outcome, res.Message = Skipped, rec.SkipReason
+		// A test that stops itself does so for an unmet precondition: not applicable.
+		res.Outcome, res.Message = Skipped, harness.NotApplicableReason(rec.SkipReason)
 	default:
 		res.Outcome = Passed
 	}

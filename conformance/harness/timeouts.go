@@ -42,6 +42,9 @@ type TimeoutConfig struct {
 	// PredictorWarmup bounds how long a learning EPP may take, while the PredictedLatency test
 	// sends it warm-up traffic, before it routes by predicted latency.
 	PredictorWarmup Duration `json:"predictorWarmup"`
+	// ServingGrace bounds how long after its gRPC health first answered SERVING an EPP may still
+	// refuse requests with 503 for want of endpoints (EPPReadyRoutes).
+	ServingGrace Duration `json:"servingGrace"`
 }
 
 // DefaultTimeoutConfig returns the defaults: generous enough for a loaded 2-core CI machine.
@@ -58,6 +61,7 @@ func DefaultTimeoutConfig() TimeoutConfig {
 		TestTimeout:                  Duration(3 * time.Minute),
 		TargetStop:                   Duration(5 * time.Second),
 		PredictorWarmup:              Duration(90 * time.Second),
+		ServingGrace:                 Duration(2 * time.Second),
 	}
 }
 
@@ -69,7 +73,7 @@ func (c TimeoutConfig) Validate() error {
 	}{{"targetReady", c.TargetReady}, {"targetRefused", c.TargetRefused}, {"harnessStart", c.HarnessStart}, {"request", c.Request},
 		{"metricsPropagation", c.MetricsPropagation}, {"endpointChange", c.EndpointChange},
 		{"poll", c.Poll}, {"testTimeout", c.TestTimeout}, {"targetStop", c.TargetStop},
-		{"predictorWarmup", c.PredictorWarmup}} {
+		{"predictorWarmup", c.PredictorWarmup}, {"servingGrace", c.ServingGrace}} {
 		if f.d <= 0 {
 			return fmt.Errorf("timeout config: %s must be > 0, got %s", f.name, time.Duration(f.d))
 		}

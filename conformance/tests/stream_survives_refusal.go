@@ -12,21 +12,23 @@ import (
 
 func init() {
 	conformance.Register(conformance.ConformanceTest{
-		ShortName: "ReferenceStreamSurvivesRefusal",
+		ShortName:   "StreamSurvivesRefusal",
+		FormerNames: []string{"ReferenceStreamSurvivesRefusal"}, // in the Reference profile until issue 32
 		Description: "After refusing a request with an ImmediateResponse, the EPP MUST keep the ext_proc stream open and route " +
 			"the next request sent on the same stream.",
 		Level:         conformance.LevelEppkit,
-		Profile:       conformance.ProfileReference,
+		Profile:       conformance.ProfileEPPProduction,
+		Features:      []conformance.Feature{conformance.FeatureStreamSurvivesRefusal, conformance.FeatureOpenAIRequestParsing},
 		Preconditions: []string{"the EPP parses OpenAI bodies (a malformed body is refused with 400)"},
 		// Upstream v1.5.0 ends the stream after an ImmediateResponse (pkg/epp/handlers/server.go
 		// returns from Process once the error response is sent), which Envoy tolerates because it
 		// opens one stream per HTTP request; a stream that outlives a refusal is eppkit's.
 		Source: "SPEC §5.2 / §5.3 (\"A refused request never breaks the stream or the process\"); eppkit reference/extproc",
-		Run:    runReferenceStreamSurvivesRefusal,
+		Run:    runStreamSurvivesRefusal,
 	})
 }
 
-func runReferenceStreamSurvivesRefusal(t harness.TestingT, s *harness.Suite) {
+func runStreamSurvivesRefusal(t harness.TestingT, s *harness.Suite) {
 	c := s.ExtProc(t)
 	r := s.Rand(t)
 	st := openStream(t, s, c)
