@@ -3,6 +3,9 @@ package conformance
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -28,21 +31,35 @@ func RunTest(t *testing.T, opts Options) {
 	if opts.Err == nil {
 		opts.Err = opts.Out
 	}
+	pkg := goTestPackage()
+	repro := func(ct ConformanceTest, seed int64) string {
+		return fmt.Sprintf("EPPKIT_SEED=%d go test -count=1 -run '^%s$/^%s$' %s", seed, t.Name(), ct.ShortName, pkg)
+	}
+	if opts.PublishDir != "" && len(opts.Reproduce) == 0 {
+		opts.Reproduce = []string{fmt.Sprintf("go test -count=1 -run '^%s$' %s  # from the module that holds the test", t.Name(), pkg)}
+	}
 	s, err := Start(t.Context(), opts)
 	if err != nil {
 		t.Fatalf("conformance: %v", err)
 	}
+	s.reproduce, s.quiet = repro, true
 	for _, ct := range s.Tests() {
+		if s.p.sel.NotSupported(ct) {
+			// Counted as not supported in the reports, as on the CLI: no subtest.
+			continue
+		}
 		t.Run(ct.ShortName, func(t *testing.T) {
 			res := s.RunOne(ct)
-			if res.Log != "" {
-				t.Log("\n" + strings.TrimRight(res.Log, "\n"))
+			// The log holds the failure message as well: print it once, in Fatalf.
+			log := strings.TrimRight(strings.Replace(res.Log, res.Message+"\n", "", 1), "\n")
+			if log != "" {
+				t.Log("\n" + log)
 			}
 			switch res.Outcome {
 			case Skipped:
 				t.Skip(res.Message)
 			case Failed:
-				t.Fatalf("%s: %s\n(rule: %s; seed %d: EPPKIT_SEED=%d reproduces the run)", ct.ShortName, res.Message, ct.Description, s.Seed(), s.Seed())
+				t.Fatalf("%s\nrule: %s\nreproduce: %s", res.Message, ct.Description, repro(ct, s.Seed()))
 			}
 		})
 	}
@@ -72,5 +89,28 @@ func (w *testLogWriter) Write(p []byte) (int, error) {
 			return len(p), nil
 		}
 		w.t.Log(strings.TrimRight(line, "\n"))
+	}
+}
+
+// goTestPackage is the package of the running go test as the go command names it from its
+// module's root ("./examples/gotest", or "." at the root); "." when the module is not found.
+func goTestPackage() string {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "."
+	}
+	for dir := wd; ; {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			rel, err := filepath.Rel(dir, wd)
+			if err != nil || rel == "." {
+				return "."
+			}
+			return "./" + filepath.ToSlash(rel)
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "."
+		}
+		dir = parent
 	}
 }

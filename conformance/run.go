@@ -286,6 +286,19 @@ func (o Options) plan() (*plan, error) {
 		return nil, err
 	}
 	p.meta = ReportMeta{Implementation: o.Implementation, EppkitVersion: version.Version(), Selection: p.sel}
+	if o.PublishDir != "" {
+		if len(o.Reproduce) == 0 {
+			return nil, exitErr(ExitBadOptions, "--publish-dir: Options.Reproduce is empty: the publication README's Reproduce section "+
+				"must say how to rerun the run (the CLI passes its own command line, conformance.RunTest its go test command)")
+		}
+		if v := p.meta.EppkitVersion; v == "" || v == "dev" || v == "(devel)" {
+			p.warnings = append(p.warnings, fmt.Sprintf("--publish-dir: this eppkit has no version (eppkitVersion: %q): readers cannot "+
+				"tell which eppkit ran the suite; build it with one (make build sets it from git) or require a released eppkit module", v))
+		}
+		if v := o.Implementation.Version; v == "dev" || v == "(devel)" || v == "latest" {
+			p.warnings = append(p.warnings, fmt.Sprintf("--publish-dir: --version %q names no release of your EPP: publish the version you tested", v))
+		}
+	}
 	if o.PublishDir != "" && (p.sel.RunTest != "" || len(p.sel.SkipTests) > 0 || len(p.sel.ExemptFeatures) > 0) {
 		return nil, exitErr(ExitBadOptions, "--publish-dir: a publication must be a full run of its profiles (GIE accepts a report "+
 			"only when its result is success); drop --run-test, --skip-tests and --exempt-features, or write --report-output only")
@@ -377,6 +390,11 @@ type Session struct {
 	// startErr is the harness error of a run whose target was started but never got ready (or
 	// whose gateway did not start): Finish reports every test not run with it.
 	startErr string
+
+	// reproduce and quiet are set by drivers with a runner of their own (RunTest): the command
+	// that reruns one test, and no per-test console line (the driver prints its own).
+	reproduce func(ct ConformanceTest, seed int64) string
+	quiet     bool
 }
 
 // Start validates opts, prints the banner, starts the harness (when a selected test will run)
@@ -506,7 +524,10 @@ func (s *Session) SkipReason(ct ConformanceTest) string { return s.p.sel.SkipRea
 func (s *Session) RunOne(ct ConformanceTest) TestResult {
 	s.mu.Lock()
 	if s.runner == nil {
-		s.runner = &Runner{Suite: s.suite, Selection: s.p.sel, Progress: s.out, Context: s.ctx, Abort: s.p.opts.Abort}
+		s.runner = &Runner{Suite: s.suite, Selection: s.p.sel, Progress: s.out, Context: s.ctx, Abort: s.p.opts.Abort, Reproduce: s.reproduce}
+		if s.quiet {
+			s.runner.Progress = nil
+		}
 	}
 	r := s.runner
 	s.mu.Unlock()

@@ -28,6 +28,10 @@ type Runner struct {
 	// skipped as interrupted (AbandonedMessage) and its goroutine is left running, as after
 	// testTimeout. Nil = never.
 	Abort <-chan struct{}
+	// Reproduce, when set, is the command that reruns one test alone with the run's seed, logged
+	// at the start of each test (the CLI's --run-test, or go test -run for RunTest); nil logs the
+	// CLI's flags.
+	Reproduce func(ct ConformanceTest, seed int64) string
 
 	// stopped is the diagnosis of a target found down (Suite.TargetDown): once set, every later
 	// test is reported not run (TargetStoppedMessage) instead of failing on dial errors.
@@ -137,7 +141,11 @@ func (r *Runner) runOne(ct ConformanceTest) TestResult {
 			}
 		}()
 		if r.Suite != nil {
-			t.Logf("seed %d; reproduce with --run-test %s and EPPKIT_SEED=%d", r.Suite.Seed, ct.ShortName, r.Suite.Seed)
+			repro := fmt.Sprintf("EPPKIT_SEED=%d with --run-test %s", r.Suite.Seed, ct.ShortName)
+			if r.Reproduce != nil {
+				repro = r.Reproduce(ct, r.Suite.Seed)
+			}
+			t.Logf("seed %d; reproduce: %s", r.Suite.Seed, repro)
 		}
 		ct.Run(t, r.Suite)
 	}()

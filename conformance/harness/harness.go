@@ -233,7 +233,7 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 	}
 	log.Info("waiting for the target", "grpc", addrs.GRPC, "health", addrs.Health)
 	start := time.Now()
-	probe := ReadyProbe{ExtProc: cfg.TargetTLS, Health: s.HealthTLS, HeadersOnly: cfg.ReadinessHeadersOnly}
+	probe := ReadyProbe{ExtProc: cfg.TargetTLS, Health: s.HealthTLS, HeadersOnly: cfg.ReadinessHeadersOnly, Stalls: s.Stalls}
 	if addrs.AlreadyRunning {
 		// An already running EPP accepts connections at once; a spawned one may need the full
 		// targetReady to bind, so only an EPP the harness did not start fails fast on refusals.

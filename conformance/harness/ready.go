@@ -136,6 +136,9 @@ type ReadyProbe struct {
 	// HeadersOnly makes the first pick a request without a body (see ProbePick), for EPPs whose
 	// body handling is itself under test.
 	HeadersOnly bool
+	// Stalls, when set, learns from the probes which ext_proc phase the EPP leaves unanswered
+	// (the run's StallWatch), so the first test need not wait the full timeout to find out.
+	Stalls *extprocclient.StallWatch
 	// RefusedGrace, when > 0, makes WaitReady give up early with a *NotListeningError once every
 	// TCP connection to the target's health or ext_proc address has been refused for this long
 	// without a break: nothing listens there (an address target whose EPP is not running). A
@@ -219,11 +222,13 @@ func (w *refusalWatch) check(ctx context.Context) error {
 	return nil
 }
 
-// Readiness is what the harness saw while it waited for the target: when its health first
-// answered SERVING, how it answered the probes after that, and the probe that made it ready. The
-// MUST test EPPReadyRoutes judges it; the readiness wait itself judges nothing about the pick.
+// Readiness is what the harness saw while it waited for the target: when its readiness health
+// service first answered SERVING, how it answered the probes after that, and the probe that made
+// it ready. The MUST test EPPReadyRoutes judges it; the readiness wait itself judges nothing
+// about the pick.
 type Readiness struct {
-	// ServingAt is when a health Check first answered SERVING (zero if never).
+	// ServingAt is when a Check of a protocol readiness name (ReadinessServiceNames) first
+	// answered SERVING (zero if never: the harness was satisfied by another name).
 	ServingAt time.Time
 	// ReadyAt is when a probe stream answered with something other than a 503 refusal.
 	ReadyAt time.Time
@@ -245,16 +250,41 @@ func (r *Readiness) Gap() time.Duration {
 	return r.ReadyAt.Sub(r.ServingAt)
 }
 
+// ReadinessServiceNames are the health names GIE proposal 004 gives the readiness criteria
+// ("Returns SERVING if the EPP datastore has synced"): readiness and the ext_proc service.
+var ReadinessServiceNames = []string{"readiness", "envoy.service.ext_proc.v3.ExternalProcessor"}
+
+// readinessServing reports whether one of ReadinessServiceNames answers SERVING at addr.
+func readinessServing(ctx context.Context, addr string, tlsCfg *tls.Config) bool {
+	creds := insecure.NewCredentials()
+	if tlsCfg != nil {
+		creds = credentials.NewTLS(tlsCfg)
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	hc := healthpb.NewHealthClient(conn)
+	for _, name := range ReadinessServiceNames {
+		if resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: name}); err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			return true
+		}
+	}
+	return false
+}
+
 // probeStream sends one chat completion (headersOnly: a GET /v1/models without a body) through a
 // fresh ext_proc stream and returns what came back. answered is true when the EPP answered any
 // message of it (the request_headers message, a body chunk, an ImmediateResponse).
-func probeStream(ctx context.Context, addr string, tlsCfg *tls.Config, model string, timeout time.Duration, headersOnly bool) (d *extprocclient.Decision, answered bool, err error) {
+func probeStream(ctx context.Context, addr string, tlsCfg *tls.Config, model string, timeout time.Duration, headersOnly bool, stalls *extprocclient.StallWatch) (d *extprocclient.Decision, answered bool, err error) {
 	c, err := extprocclient.Dial(addr, tlsCfg)
 	if err != nil {
 		return nil, false, err
 	}
 	defer c.Close()
 	c.MessageTimeout = timeout
+	c.Stalls = stalls
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	st, err := c.Open(ctx)
@@ -359,15 +389,17 @@ func WaitReadyRecord(ctx context.Context, t Target, addrs TargetAddrs, tlsCfg Re
 					t.Name(), addrs.Health, time.Since(unimplSince).Round(100*time.Millisecond), err)
 			}
 		} else {
-			if rec.ServingAt.IsZero() {
+			if rec.ServingAt.IsZero() && readinessServing(attempt, addrs.Health, tlsCfg.Health) {
 				rec.ServingAt = time.Now()
 			}
 			stage = "an ext_proc stream that answers"
-			d, answered, err := probeStream(attempt, addrs.GRPC, tlsCfg.ExtProc, model, 2*time.Second, tlsCfg.HeadersOnly)
+			d, answered, err := probeStream(attempt, addrs.GRPC, tlsCfg.ExtProc, model, 2*time.Second, tlsCfg.HeadersOnly, tlsCfg.Stalls)
 			switch {
 			case answered && d.Immediate != nil && d.Immediate.Status == 503:
-				rec.Refusals++
-				if rec.FirstRefusal == "" {
+				if !rec.ServingAt.IsZero() {
+					rec.Refusals++
+				}
+				if rec.FirstRefusal == "" && !rec.ServingAt.IsZero() {
 					rec.FirstRefusal = strings.TrimSpace(string(d.Immediate.Body))
 				}
 				last = fmt.Errorf("health answers SERVING, but the EPP refused the probe request with ImmediateResponse 503: %s",

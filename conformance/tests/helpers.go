@@ -11,11 +11,15 @@ package tests
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"slices"
 	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/eppkit/eppkit/conformance/harness"
 	"github.com/eppkit/eppkit/fakes/gateway/extprocclient"
@@ -109,9 +113,24 @@ func exchange(t harness.TestingT, s *harness.Suite, c *extprocclient.Client, req
 	t.Helper()
 	d, err := tryExchange(s, c, req)
 	if err != nil {
-		t.Fatalf("ext_proc exchange with %s (%s): %v", s.TargetAddress, describe(req), err)
+		t.Fatalf("ext_proc exchange with %s (%s): %v%s", s.TargetAddress, describe(req), err, streamErrorHint(err))
 	}
 	return d
+}
+
+// streamErrorHint explains an exchange that the EPP ended with a gRPC error status: a gateway
+// cannot forward that as a refusal.
+func streamErrorHint(err error) string {
+	st, ok := status.FromError(errors.Unwrap(err))
+	if !ok {
+		st, ok = status.FromError(err)
+	}
+	if !ok || st.Code() == codes.OK || st.Code() == codes.DeadlineExceeded || st.Code() == codes.Canceled {
+		return ""
+	}
+	return fmt.Sprintf(" (the EPP ended the stream with gRPC status %s instead of answering: Envoy turns a stream error into "+
+		"its status_on_error, 500 by default, so a refusal must be an ImmediateResponse with its HTTP status, e.g. 503 when no "+
+		"endpoint is eligible)", st.Code())
 }
 
 // exchangeOn is exchange on an open stream.
@@ -121,7 +140,7 @@ func exchangeOn(t harness.TestingT, s *harness.Suite, st *extprocclient.Stream, 
 	defer cancel()
 	d, err := st.Exchange(ctx, req)
 	if err != nil {
-		t.Fatalf("ext_proc exchange with %s (%s): %v", s.TargetAddress, describe(req), err)
+		t.Fatalf("ext_proc exchange with %s (%s): %v%s", s.TargetAddress, describe(req), err, streamErrorHint(err))
 	}
 	return d
 }

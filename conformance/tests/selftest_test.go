@@ -321,7 +321,7 @@ func TestEPPProfileAgainstToyEPP(t *testing.T) {
 		{mutEchoInputHeaders, []string{"OpenAIInputHeadersNotEchoed"}, "set the input header"},
 		{mutOneBodyChunk, []string{"OpenAILargeBodyChunked"}, "above the 62000-byte limit"},
 		{mutNeedsBody, []string{"OpenAIHeadersOnlyPick"}, "refused a valid request"},
-		{mutNoBodyParsing, []string{"OpenAIBadRequest400", "StreamSurvivesRefusal"}, "want ImmediateResponse 400"},
+		{mutNoBodyParsing, []string{"OpenAIBadRequest400"}, "want ImmediateResponse 400"},
 		{mutLatePick, []string{"EPPPickBeforeRouting"}, "reaches Envoy's router too late"},
 		{mutMetadataNoPort, []string{"EPPPickHeaderAndMetadata"}, "has no port (an IP alone is not <ip:port>)"},
 		{mutBodyNotStreamed, []string{"EPPBodyStreamedBack"}, "none of the 3 request_body chunks"},

@@ -291,6 +291,13 @@ func (s *Stream) RecvArmed(ctx context.Context, armed <-chan struct{}, d time.Du
 		err := s.recErr
 		s.mu.Unlock()
 		if err != nil {
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) && !armedAt.IsZero() {
+				// The caller's deadline cancelled the stream itself (its status is then
+				// DeadlineExceeded): a stall like any other, named and counted.
+				if serr := s.deadlineStall(ctx, armedAt, short, phase); serr != nil {
+					return nil, serr
+				}
+			}
 			return nil, err
 		}
 		select {
@@ -315,17 +322,26 @@ func (s *Stream) RecvArmed(ctx context.Context, armed <-chan struct{}, d time.Du
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) && !armedAt.IsZero() {
 				// The caller's deadline ended the wait first: still a stall of the phase, named
 				// and counted like a message timeout.
-				s.mu.Lock()
-				ph, sent, answered := s.pend.outstanding()
-				s.mu.Unlock()
-				if ph != PhaseNone {
-					return nil, fmt.Errorf("extprocclient: %w: %w", ctx.Err(), &StallError{Phase: ph, Sent: sent, Answered: answered,
-						Waited: time.Since(armedAt), Streak: s.watch.stalled(ph), Short: short && ph == phase})
+				if serr := s.deadlineStall(ctx, armedAt, short, phase); serr != nil {
+					return nil, serr
 				}
 			}
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// deadlineStall is the StallError of a wait the caller's deadline ended (wrapping both the
+// context's error and ErrMessageTimeout), nil when nothing was outstanding.
+func (s *Stream) deadlineStall(ctx context.Context, armedAt time.Time, short bool, phase Phase) error {
+	s.mu.Lock()
+	ph, sent, answered := s.pend.outstanding()
+	s.mu.Unlock()
+	if ph == PhaseNone {
+		return nil
+	}
+	return fmt.Errorf("extprocclient: %w: %w", ctx.Err(), &StallError{Phase: ph, Sent: sent, Answered: answered,
+		Waited: time.Since(armedAt), Streak: s.watch.stalled(ph), Short: short && ph == phase})
 }
 
 // CloseSend half-closes the stream (the gateway has no more messages), as Envoy does when the
