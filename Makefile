@@ -330,7 +330,8 @@ catalogue:
 # baseline, with the interop run's features and RequestShedding, which v1.5.0 passes); every other black-box mutant runs it against the
 # reference with EPPKIT_MUTANT set (wrapper plugins, decorated sources, the hooks left in
 # reference/); every white-box mutant its suite. Exit 1 when a mutant escapes the test that targets
-# it. MUTANTS_FLAGS="--only kv-ignored" runs one; MUTANTS_UPSTREAM= leaves the upstream lane out.
+# it. MUTANTS_FLAGS="--only kv-ignored" runs one; MUTANTS_UPSTREAM= leaves the upstream lane out (and
+# builds only GIE's CRDs, not its EPP).
 # Takes ~30 minutes on a loaded 2-core machine (the upstream lane about 10 of them).
 MUTANTS_FLAGS    ?=
 MUTANTS_UPSTREAM ?= $(UPSTREAM_EPP) --secure-serving=false
@@ -338,7 +339,7 @@ MUTANTS_UPSTREAM_FLAGS = --upstream-name "upstream EPP v1.5.0" --upstream-comman
 	--upstream-args "--supported-features $(INTEROP_FEATURES),RequestShedding --skip-tests $(UPSTREAM_SKIP)"
 mutants: build
 	$(GO) build -tags eppkit_mutants -ldflags "-X github.com/eppkit/eppkit/internal/version.version=$(VERSION)" -o bin/eppkit-mutants ./cmd/eppkit
-	./bin/eppkit-mutants tools build k8s && ./bin/eppkit-mutants tools build gie || exit 2
+	./bin/eppkit-mutants tools build k8s && ./bin/eppkit-mutants tools build gie $(if $(MUTANTS_UPSTREAM),,--only crds) || exit 2
 	./bin/eppkit-mutants mutants --output reports/mutants.md --log-dir out/mutants $(if $(MUTANTS_UPSTREAM),$(MUTANTS_UPSTREAM_FLAGS)) $(MUTANTS_FLAGS)
 
 ## flake-check: the whole conformance run FLAKE_RUNS (20) times against the reference, seed i per

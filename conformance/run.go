@@ -78,6 +78,11 @@ type Options struct {
 	// EndpointSource tells the target the pool (--endpoint-source): "static" (default) or
 	// "apiserver" (a local kube-apiserver + etcd holding the InferencePool and Ready Pods).
 	EndpointSource string
+	// TargetImpl and SourceImpl, for drivers that build their own (the e2e-framework feature's
+	// cluster run), are used instead of the registries' Target and EndpointSource, which must
+	// then be empty. No flag sets them.
+	TargetImpl harness.Target
+	SourceImpl harness.EndpointSource
 
 	// Profiles are the profiles to run and report (--profiles); nil = every profile.
 	Profiles []Profile
@@ -218,7 +223,13 @@ func (o Options) plan() (*plan, error) {
 	if err := p.timeouts.Validate(); err != nil {
 		return nil, optionError("Timeouts", "--timeout-config", err)
 	}
-	if o.Target == "" {
+	if (o.TargetImpl != nil) != (o.SourceImpl != nil) {
+		return nil, exitErr(ExitBadOptions, "TargetImpl and SourceImpl: set both or neither")
+	}
+	if o.TargetImpl != nil && (o.Target != "" || o.EndpointSource != "" || o.Command != "" || o.Address != "") {
+		return nil, exitErr(ExitBadOptions, "TargetImpl: Target, EndpointSource, Command and Address must be empty with it")
+	}
+	if o.Target == "" && o.TargetImpl == nil {
 		return nil, optionError("Target", "--target", fmt.Errorf("required (have %v)", TargetNames()))
 	}
 	if o.Target != "command" && o.Command != "" {
@@ -228,7 +239,9 @@ func (o Options) plan() (*plan, error) {
 		return nil, exitErr(ExitBadOptions, "--address/--health-address: only valid with --target address (got --target %s)", o.Target)
 	}
 	var err error
-	if p.target, err = NewTarget(o.Target, TargetOptions{Command: o.Command, Address: o.Address, HealthAddress: o.HealthAddress}); err != nil {
+	if o.TargetImpl != nil {
+		p.target = o.TargetImpl
+	} else if p.target, err = NewTarget(o.Target, TargetOptions{Command: o.Command, Address: o.Address, HealthAddress: o.HealthAddress}); err != nil {
 		return nil, exitErr(ExitBadOptions, "%w", err)
 	}
 	sourceName := o.EndpointSource
@@ -245,7 +258,9 @@ func (o Options) plan() (*plan, error) {
 				"is an InferenceModelRewrite object your EPP reads from the cluster); remove it, or use --endpoint-source static", sourceName)
 		}
 	}
-	if p.source, err = NewEndpointSource(sourceName); err != nil {
+	if o.SourceImpl != nil {
+		p.source = o.SourceImpl
+	} else if p.source, err = NewEndpointSource(sourceName); err != nil {
 		return nil, exitErr(ExitBadOptions, "%w", err)
 	}
 	if o.ConfigFile != "" {
@@ -500,6 +515,17 @@ func (s *Session) startHarness() *ExitError {
 
 // Suite is the running harness; nil when no selected test runs.
 func (s *Session) Suite() *harness.Suite { return s.suite }
+
+// NotSupported reports whether ct does not run only because its feature is not claimed
+// (Selection.NotSupported): drivers give such a test no line or subtest of its own.
+func (s *Session) NotSupported(ct ConformanceTest) bool { return s.p.sel.NotSupported(ct) }
+
+// Finished reports whether Finish was called.
+func (s *Session) Finished() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.finished
+}
 
 // Seed is the run's seed.
 func (s *Session) Seed() int64 { return s.p.seed }

@@ -14,20 +14,20 @@ const brokenPicks = 3
 
 // BrokenCause says why the run already knows the target's ext_proc answers are broken, "" while
 // it does not: a phase the EPP left unanswered extprocclient.DefaultStallThreshold times in a row
-// (Stalls), or brokenPicks requests in a row whose pick the gateway could not route because it is
+// (Stalls), whose latest wait stalled too, or brokenPicks requests in a row whose pick the gateway could not route because it is
 // no list of ip:port. Waits that poll the EPP (MustEventually) stop at the first failed attempt
 // once it is set, failing with their own last error and this cause, instead of polling until
 // their bound: the run then fails every test within seconds with the same named cause, while a
-// test that does not touch the broken part still passes. Any answer of the stalled phase, or a
-// request forwarded, clears it.
+// test that does not touch the broken part still passes. An answer of the stalled phase, or a
+// request forwarded, clears it until the next stall.
 func (s *Suite) BrokenCause() string {
 	if s == nil {
 		return ""
 	}
 	for _, p := range []extprocclient.Phase{extprocclient.PhaseRequestHeaders, extprocclient.PhaseRequestBody,
 		extprocclient.PhaseResponseHeaders, extprocclient.PhaseResponseBody} {
-		if n := s.Stalls.Streak(p); n >= extprocclient.DefaultStallThreshold {
-			return fmt.Sprintf("the EPP left the %s phase unanswered in the last %d exchanges of this run", p, n)
+		if broken, n := s.Stalls.Broken(p); broken {
+			return fmt.Sprintf("the EPP keeps leaving the %s phase unanswered (%d stalls in this run, the latest just now)", p, n)
 		}
 	}
 	if s.Gateway != nil {

@@ -77,6 +77,12 @@ func mustSend(t harness.TestingT, s *harness.Suite, path string, body []byte) st
 // in order. It fails the test on the first error.
 func sendAll(t harness.TestingT, s *harness.Suite, n int, mk func(i int) (path string, body []byte)) []string {
 	t.Helper()
+	return sendAllWithHeaders(t, s, n, nil, mk)
+}
+
+// sendAllWithHeaders is sendAll with extra request headers on every request.
+func sendAllWithHeaders(t harness.TestingT, s *harness.Suite, n int, headers map[string]string, mk func(i int) (path string, body []byte)) []string {
+	t.Helper()
 	start := time.Now()
 	defer func() { t.Logf("%d requests through the gateway in %s", n, time.Since(start).Round(time.Millisecond)) }()
 	type job struct {
@@ -99,7 +105,7 @@ func sendAll(t harness.TestingT, s *harness.Suite, n int, mk func(i int) (path s
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				jobs[i].endpoint, jobs[i].err = send(s, jobs[i].path, jobs[i].body)
+				jobs[i].endpoint, jobs[i].err = sendWithHeaders(s, jobs[i].path, jobs[i].body, headers)
 				if jobs[i].err != nil {
 					if cause := s.BrokenCause(); cause != "" {
 						broken.CompareAndSwap(nil, cause)

@@ -317,7 +317,7 @@ func (s *Stream) RecvArmed(ctx context.Context, armed <-chan struct{}, d time.Du
 				return nil, fmt.Errorf("extprocclient: no response within %v: %w", bound, ErrMessageTimeout)
 			}
 			return nil, fmt.Errorf("extprocclient: %w", &StallError{Phase: ph, Sent: sent, Answered: answered, HeadersAnswered: headers,
-				Waited: time.Since(armedAt), Streak: s.watch.stalled(ph), Short: short && ph == phase})
+				Waited: time.Since(armedAt), Stalls: s.watch.stalled(ph), Short: short && ph == phase})
 		case <-ctx.Done():
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) && !armedAt.IsZero() {
 				// The caller's deadline ended the wait first: still a stall of the phase, named
@@ -341,7 +341,7 @@ func (s *Stream) deadlineStall(ctx context.Context, armedAt time.Time, short boo
 		return nil
 	}
 	return fmt.Errorf("extprocclient: %w: %w", ctx.Err(), &StallError{Phase: ph, Sent: sent, Answered: answered,
-		Waited: time.Since(armedAt), Streak: s.watch.stalled(ph), Short: short && ph == phase})
+		Waited: time.Since(armedAt), Stalls: s.watch.stalled(ph), Short: short && ph == phase})
 }
 
 // CloseSend half-closes the stream (the gateway has no more messages), as Envoy does when the

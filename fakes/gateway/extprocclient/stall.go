@@ -53,9 +53,10 @@ type StallError struct {
 	HeadersAnswered bool
 	// Waited is how long the wait lasted.
 	Waited time.Duration
-	// Streak is how many waits for Phase in a row, this one included, the StallWatch saw end
-	// unanswered; Short is true when this wait was cut to StallWatch.Short because of them.
-	Streak int
+	// Stalls is how many waits for Phase the run's StallWatch saw end unanswered, this one
+	// included; Short is true when this wait was cut to StallWatch.Short because the phase is
+	// tripped.
+	Stalls int
 	Short  bool
 }
 
@@ -84,8 +85,8 @@ func (e *StallError) Error() string {
 	}
 	msg := fmt.Sprintf("%s within %v", what, e.Waited.Round(time.Millisecond))
 	if e.Short {
-		msg += fmt.Sprintf("; the run saw the EPP leave %s unanswered %d times in a row, so this wait was cut short (stall watch)",
-			e.Phase, e.Streak-1)
+		msg += fmt.Sprintf("; the run had seen the EPP leave %s unanswered %d times before, so this wait was cut short (stall watch)",
+			e.Phase, e.Stalls-1)
 	}
 	return msg
 }
@@ -94,21 +95,26 @@ func (e *StallError) Error() string {
 func (e *StallError) Unwrap() error { return ErrMessageTimeout }
 
 // StallWatch remembers, across the streams of the clients that share it (one conformance run),
-// which phase the EPP keeps leaving unanswered: once Threshold waits in a row for the same phase
-// have ended without an answer, later waits for that phase are cut to Short, so a run against an
-// EPP that never answers, say, request body chunks fails each test within Short instead of its
-// full message timeout. Any answer of the phase resets it. The zero value is not usable: use
-// NewStallWatch. Safe for concurrent use.
+// which phase the EPP leaves unanswered: once Threshold waits in a row for the same phase have
+// ended without an answer, the phase is tripped for the rest of the run and every later wait for
+// it is cut to Short, so a run against an EPP that never answers, say, unchanged request bodies
+// fails each test within Short instead of its full message timeout — also after the EPP answered
+// the bodies it did change. An EPP that answers at all answers far within Short, so a trip costs
+// a correct answer nothing. The zero value is not usable: use NewStallWatch. Safe for concurrent
+// use.
 type StallWatch struct {
 	threshold int
 	short     time.Duration
 
-	mu     sync.Mutex
-	streak map[Phase]int
+	mu      sync.Mutex
+	streak  map[Phase]int  // stalls in a row, reset by an answer (before the trip)
+	stalls  map[Phase]int  // stalls in all
+	tripped map[Phase]bool // sticky
+	last    map[Phase]bool // the latest wait for the phase stalled
 }
 
-// Stall watch defaults: two full waits in a row convince the run; later waits last one second
-// (long enough for an EPP that answers at all, which also resets the watch).
+// Stall watch defaults: two full waits in a row without an answer convince the run; later waits
+// last one second (long enough for an EPP that answers at all).
 const (
 	DefaultStallThreshold = 2
 	DefaultStallShort     = time.Second
@@ -122,23 +128,24 @@ func NewStallWatch(threshold int, short time.Duration) *StallWatch {
 	if short <= 0 {
 		short = DefaultStallShort
 	}
-	return &StallWatch{threshold: threshold, short: short, streak: map[Phase]int{}}
+	return &StallWatch{threshold: threshold, short: short, streak: map[Phase]int{}, stalls: map[Phase]int{},
+		tripped: map[Phase]bool{}, last: map[Phase]bool{}}
 }
 
-// bound is the wait for p: d, or Short when p has stalled Threshold times in a row.
+// bound is the wait for p: d, or Short once p is tripped.
 func (w *StallWatch) bound(p Phase, d time.Duration) (time.Duration, bool) {
 	if w == nil || p == PhaseNone {
 		return d, false
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.streak[p] >= w.threshold && (d <= 0 || d > w.short) {
+	if w.tripped[p] && (d <= 0 || d > w.short) {
 		return w.short, true
 	}
 	return d, false
 }
 
-// stalled records a wait for p that ended unanswered and returns the streak.
+// stalled records a wait for p that ended unanswered and returns the number of stalls of p so far.
 func (w *StallWatch) stalled(p Phase) int {
 	if w == nil || p == PhaseNone {
 		return 0
@@ -146,7 +153,12 @@ func (w *StallWatch) stalled(p Phase) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.streak[p]++
-	return w.streak[p]
+	w.stalls[p]++
+	w.last[p] = true
+	if w.streak[p] >= w.threshold {
+		w.tripped[p] = true
+	}
+	return w.stalls[p]
 }
 
 // answered records an answer of p.
@@ -156,17 +168,28 @@ func (w *StallWatch) answered(p Phase) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	delete(w.streak, p)
+	w.streak[p], w.last[p] = 0, false
 }
 
-// Streak returns how many waits for p in a row ended unanswered (0 after an answer).
-func (w *StallWatch) Streak(p Phase) int {
+// Tripped reports whether waits for p are cut short (Threshold stalls in a row happened).
+func (w *StallWatch) Tripped(p Phase) bool {
 	if w == nil {
-		return 0
+		return false
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.streak[p]
+	return w.tripped[p]
+}
+
+// Broken reports whether p is tripped and its latest wait stalled too, with the number of
+// stalls of p so far: the run may give up on waits that poll the EPP (harness.Suite.BrokenCause).
+func (w *StallWatch) Broken(p Phase) (bool, int) {
+	if w == nil {
+		return false, 0
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.tripped[p] && w.last[p], w.stalls[p]
 }
 
 // pending counts what the gateway sent for the stream's current request and what the EPP

@@ -16,7 +16,7 @@ import (
 
 // An EPP that answers the request headers but never streams the body back stalls in the
 // request_body phase; after Threshold such stalls in a row the StallWatch cuts later waits to
-// Short, and an answered body resets it.
+// Short for the rest of the run; an answer only clears Broken.
 func TestStallWatchNamesTheUnansweredPhaseAndCutsRepeats(t *testing.T) {
 	var streamBack atomic.Bool
 	srv, err := extproctest.Start(extproctest.Script{OnRequest: func(seen *extproctest.Seen) []*extprocv3.ProcessingResponse {
@@ -65,8 +65,8 @@ func TestStallWatchNamesTheUnansweredPhaseAndCutsRepeats(t *testing.T) {
 		if se == nil {
 			t.Fatalf("exchange %d: no error against an EPP that never streams the body back", i)
 		}
-		if se.Phase != extprocclient.PhaseRequestBody || se.Sent != chunks || se.Answered != 0 || se.Short || se.Streak != i {
-			t.Errorf("exchange %d: %+v, want request_body phase, %d sent, 0 answered, streak %d, not short", i, se, chunks, i)
+		if se.Phase != extprocclient.PhaseRequestBody || se.Sent != chunks || se.Answered != 0 || se.Short || se.Stalls != i {
+			t.Errorf("exchange %d: %+v, want request_body phase, %d sent, 0 answered, %d stalls, not short", i, se, chunks, i)
 		}
 		if took < full {
 			t.Errorf("exchange %d took %v, want the full %v (the watch trips only after 2 stalls)", i, took, full)
@@ -76,20 +76,25 @@ func TestStallWatchNamesTheUnansweredPhaseAndCutsRepeats(t *testing.T) {
 		}
 	}
 	se, took := exchange()
-	if se == nil || !se.Short || se.Streak != 3 {
-		t.Fatalf("third exchange: %+v, want a short wait (streak 3)", se)
+	if se == nil || !se.Short || se.Stalls != 3 {
+		t.Fatalf("third exchange: %+v, want a short wait (3 stalls)", se)
 	}
 	if took >= full {
 		t.Errorf("third exchange took %v, want about %v (cut short)", took, short)
 	}
-	if !strings.Contains(se.Error(), "2 times in a row") {
+	if !strings.Contains(se.Error(), "unanswered 2 times before") {
 		t.Errorf("message %q does not say why the wait was cut short", se.Error())
 	}
 	streamBack.Store(true)
-	if se, _ := exchange(); se != nil {
-		t.Fatalf("exchange against a streaming EPP: %v", se)
+	if broken, _ := c.Stalls.Broken(extprocclient.PhaseRequestBody); !broken {
+		t.Errorf("Broken(request_body) false after three stalls")
 	}
-	if n := c.Stalls.Streak(extprocclient.PhaseRequestBody); n != 0 {
-		t.Errorf("streak %d after an answered body, want 0 (an answer resets the watch)", n)
+	streamBack.Store(true)
+	if se, took := exchange(); se != nil || took >= short {
+		t.Fatalf("exchange against a streaming EPP: %v after %v", se, took)
+	}
+	if broken, n := c.Stalls.Broken(extprocclient.PhaseRequestBody); broken || n != 3 || !c.Stalls.Tripped(extprocclient.PhaseRequestBody) {
+		t.Errorf("after an answered body: Broken %v (%d stalls), Tripped %v; want not broken, still tripped",
+			broken, n, c.Stalls.Tripped(extprocclient.PhaseRequestBody))
 	}
 }
