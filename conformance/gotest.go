@@ -50,8 +50,13 @@ func RunTest(t *testing.T, opts Options) {
 		}
 		t.Run(ct.ShortName, func(t *testing.T) {
 			res := s.RunOne(ct)
-			// The log holds the failure message as well: print it once, in Fatalf.
-			log := strings.TrimRight(strings.Replace(res.Log, res.Message+"\n", "", 1), "\n")
+			// The log holds the failure message and the runner's reproduction line as well:
+			// print each once, in Fatalf.
+			log := strings.Replace(res.Log, res.Message+"\n", "", 1)
+			if first, rest, ok := strings.Cut(log, "\n"); ok && strings.HasPrefix(first, "seed ") && strings.Contains(first, "reproduce: ") {
+				log = rest
+			}
+			log = strings.TrimRight(log, "\n")
 			if log != "" {
 				t.Log("\n" + log)
 			}
