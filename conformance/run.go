@@ -104,7 +104,7 @@ type Options struct {
 	// any certificate) or "ca:<file>". TargetHealthTLS does the same for its gRPC health port
 	// (--target-health-tls; "" = as TargetTLS).
 	TargetTLS, TargetHealthTLS string
-	// ReadinessProbe is the harness's first pick before the tests (--readiness-probe): "body"
+	// ReadinessProbe is the request the readiness wait probes with (--readiness-probe): "body"
 	// (default; a chat completion) or "headers-only" (GET /v1/models, for an EPP whose body
 	// exchange is broken).
 	ReadinessProbe string

@@ -43,7 +43,7 @@ type Config struct {
 	// as kubelet gRPC probes expect.
 	HealthTLS    *tls.Config
 	HealthTLSSet bool
-	// ReadinessHeadersOnly makes the readiness probe's first pick a request without a body
+	// ReadinessHeadersOnly makes the readiness probe a request without a body
 	// (--readiness-probe headers-only), so an EPP that breaks the FULL_DUPLEX_STREAMED body
 	// exchange still gets its tests run (and failed) one by one.
 	ReadinessHeadersOnly bool
@@ -103,7 +103,8 @@ func (e *Error) Error() string { return e.Stage + ": " + e.Err.Error() }
 func (e *Error) Unwrap() error { return e.Err }
 
 // Start starts the fake fleet, the endpoint source and the target, waits until the target
-// is ready (gRPC health SERVING and a first pick inside the pool), and returns the Suite. Close
+// is ready (gRPC health SERVING and an ext_proc stream that answers: WaitReadyRecord; what it saw
+// is Suite.Readiness), and returns the Suite. Close
 // it with Suite.Close. Errors are *Error.
 func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 	if cfg.Target == nil || cfg.Source == nil {

@@ -133,7 +133,7 @@ func ProbePick(ctx context.Context, addr string, tlsCfg *tls.Config, model strin
 type ReadyProbe struct {
 	// ExtProc dials the target's ext_proc address, Health its gRPC health address; nil = plaintext.
 	ExtProc, Health *tls.Config
-	// HeadersOnly makes the first pick a request without a body (see ProbePick), for EPPs whose
+	// HeadersOnly makes the probe a request without a body (see ProbePick), for EPPs whose
 	// body handling is itself under test.
 	HeadersOnly bool
 	// Stalls, when set, learns from the probes which ext_proc phase the EPP leaves unanswered

@@ -15,7 +15,8 @@ import (
 // TimeoutConfig is the model). Load overrides from YAML with LoadTimeoutConfig (`--timeout-config`);
 // keys are the JSON tags, values Go duration strings ("5s", "250ms").
 type TimeoutConfig struct {
-	// TargetReady bounds the wait for the target's gRPC health SERVING and a first successful pick.
+	// TargetReady bounds the wait for the target's gRPC health SERVING and an ext_proc stream that
+	// answers with anything but a 503 refusal (WaitReadyRecord).
 	TargetReady Duration `json:"targetReady"`
 	// TargetRefused is how long every connection to an address target (--target address) may be
 	// refused before the harness gives up early: nothing listens there (ReadyProbe.RefusedGrace).
