@@ -32,9 +32,7 @@ func RunTest(t *testing.T, opts Options) {
 		opts.Err = opts.Out
 	}
 	pkg := goTestPackage()
-	repro := func(ct ConformanceTest, seed int64) string {
-		return fmt.Sprintf("EPPKIT_SEED=%d go test -count=1 -run '^%s$/^%s$' %s", seed, t.Name(), ct.ShortName, pkg)
-	}
+	repro := func(ct ConformanceTest, seed int64) string { return goTestRepro(t.Name(), ct.ShortName, pkg, seed) }
 	if opts.PublishDir != "" && len(opts.Reproduce) == 0 {
 		opts.Reproduce = []string{fmt.Sprintf("go test -count=1 -run '^%s$' %s  # from the module that holds the test", t.Name(), pkg)}
 	}
@@ -50,14 +48,7 @@ func RunTest(t *testing.T, opts Options) {
 		}
 		t.Run(ct.ShortName, func(t *testing.T) {
 			res := s.RunOne(ct)
-			// The log holds the failure message and the runner's reproduction line as well:
-			// print each once, in Fatalf.
-			log := strings.Replace(res.Log, res.Message+"\n", "", 1)
-			if first, rest, ok := strings.Cut(log, "\n"); ok && strings.HasPrefix(first, "seed ") && strings.Contains(first, "reproduce: ") {
-				log = rest
-			}
-			log = strings.TrimRight(log, "\n")
-			if log != "" {
+			if log := subtestLog(res); log != "" {
 				t.Log("\n" + log)
 			}
 			switch res.Outcome {
@@ -118,4 +109,23 @@ func goTestPackage() string {
 		}
 		dir = parent
 	}
+}
+
+// goTestRepro is the command that reruns one conformance test of a RunTest-driven go test alone
+// with the run's seed.
+func goTestRepro(testName, shortName, pkg string, seed int64) string {
+	return fmt.Sprintf("EPPKIT_SEED=%d go test -count=1 -run '^%s$/^%s$' %s", seed, testName, shortName, pkg)
+}
+
+// subtestLog is what a RunTest subtest logs of a result: its log without the failure message and
+// the runner's reproduction line, which the subtest's Fatalf prints once.
+func subtestLog(res TestResult) string {
+	log := res.Log
+	if res.Message != "" {
+		log = strings.Replace(log, res.Message+"\n", "", 1)
+	}
+	if first, rest, ok := strings.Cut(log, "\n"); ok && strings.HasPrefix(first, "seed ") && strings.Contains(first, "reproduce: ") {
+		log = rest
+	}
+	return strings.TrimRight(log, "\n")
 }
