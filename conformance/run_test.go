@@ -179,3 +179,22 @@ func TestFormerNamesResolve(t *testing.T) {
 		t.Errorf("ResolveName(Other) = %s %v", n, was)
 	}
 }
+
+// TestPublicationWarnings: a publication from an eppkit or an EPP without a version is warned
+// about by name.
+func TestPublicationWarnings(t *testing.T) {
+	withTests(t, fakeTest("PubProbe", ProfileEPP, LevelMUST))
+	o := Options{Target: "address", Address: "127.0.0.1:1", PublishDir: t.TempDir(), Reproduce: []string{"eppkit conformance ..."},
+		Implementation: confv1.Implementation{Organization: "o", Project: "p", URL: "u", Version: "dev", Contact: []string{"c"}}}
+	p, err := o.plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	joined := strings.Join(p.warnings, "\n")
+	if !strings.Contains(joined, `--version "dev" names no release of your EPP`) {
+		t.Errorf("warnings %q lack the EPP version", joined)
+	}
+	if v := p.meta.EppkitVersion; (v == "dev" || v == "(devel)") != strings.Contains(joined, "this eppkit has no version") {
+		t.Errorf("eppkit version %q, warnings %q", v, joined)
+	}
+}
