@@ -91,6 +91,7 @@ const (
 	// (issue 32).
 	MetadataWithoutPort Name = "metadata-without-port"
 	BodyNotStreamedBack Name = "body-not-streamed-back"
+	RefusalAsGRPCError  Name = "refusal-as-grpc-error"
 )
 
 // Mutant describes one mutant for the matrix.
@@ -199,6 +200,8 @@ var catalogue = []Mutant{
 		Via: Interceptor, Where: "selfcheck/mutant/interceptor: the dynamic metadata envoy.lb/x-gateway-destination-endpoint loses every port (the header keeps them)", Kind: BlackBox, Target: "EPPPickHeaderAndMetadata"},
 	{Name: BodyNotStreamedBack, Breaks: "every request body chunk is answered with a streamed body mutation in FULL_DUPLEX_STREAMED mode, changed or not (GIE proposal 004 streaming; SPEC §5.1)",
 		Via: Interceptor, Where: "selfcheck/mutant/interceptor: the EPP's streamed request_body responses are dropped when they return the body unchanged (an EPP that answers only a changed body, as in BUFFERED mode)", Kind: BlackBox, Target: "EPPBodyStreamedBack"},
+	{Name: RefusalAsGRPCError, Breaks: "a request no endpoint is eligible for is refused with ImmediateResponse 503, never by ending the stream with a gRPC error (GIE proposal 004; SPEC §5.1, §5.3)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: an ImmediateResponse 503 becomes the end of the stream with gRPC status Unavailable (which Envoy answers with status_on_error, 500)", Kind: BlackBox, Target: "EPPNoEligibleEndpoint503"},
 	{Name: PluginStateScoreOnly, Breaks: "the prefix producer writes its plugin state in PrepareData, so the pick is indexed without a prefix scorer (GIE PR #2005, SPEC §1)",
 		Via: Plugin, Where: "selfcheck/mutant/wrap: approx-prefix-cache-producer wrapped, its plugin-state entry deleted when PrepareData ends", Kind: WhiteBox, Suite: "pluginstate",
 		Target: "the only profile has no prefix scorer should hold: PreRequest indexes the pick"},

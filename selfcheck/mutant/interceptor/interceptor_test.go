@@ -358,6 +358,14 @@ func TestEachMutantBreaksItsRule(t *testing.T) {
 					err, d.BodyChunks, d.PickHeader, pickA)
 			}
 		},
+		mutant.RefusalAsGRPCError: func(t *testing.T, st *extprocclient.Stream, _ *extproctest.Server) {
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			defer cancel()
+			d, err := st.Exchange(ctx, request("a", []string{"10.9.9.9:8000"}, nil))
+			if status.Code(errors.Unwrap(err)) != codes.Unavailable || d.Immediate != nil {
+				t.Errorf("503 refusal: %v, immediate %+v; want the stream ended with Unavailable and no ImmediateResponse", err, d.Immediate)
+			}
+		},
 		mutant.ProfileHeaderMissing: func(t *testing.T, st *extprocclient.Stream, _ *extproctest.Server) {
 			d := exchange(t, st, request("a", nil, nil))
 			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)

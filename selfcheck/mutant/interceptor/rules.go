@@ -299,6 +299,15 @@ var rules = map[mutant.Name]rule{
 		return held, nil
 	}},
 
+	// An ImmediateResponse 503 never reaches the gateway: the stream ends with gRPC Unavailable
+	// instead, as an EPP that returns its "no endpoint" error from the stream handler.
+	mutant.RefusalAsGRPCError: {response: func(_ *stream, resp *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, *ending) {
+		if resp.GetImmediateResponse().GetStatus().GetCode() == typev3.StatusCode_ServiceUnavailable {
+			return nil, &ending{err: status.Error(codes.Unavailable, "no eligible endpoint")}
+		}
+		return pass(resp)
+	}},
+
 	// ImmediateResponses lose x-eppkit-reason; the status and JSON body stay.
 	mutant.RefusalReasonMissing: {response: func(_ *stream, resp *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, *ending) {
 		if hm := resp.GetImmediateResponse().GetHeaders(); hm != nil {
