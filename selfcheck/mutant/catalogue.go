@@ -92,6 +92,8 @@ const (
 	MetadataWithoutPort Name = "metadata-without-port"
 	BodyNotStreamedBack Name = "body-not-streamed-back"
 	RefusalAsGRPCError  Name = "refusal-as-grpc-error"
+	LatePick            Name = "late-pick"
+	ServingBeforeReady  Name = "serving-before-endpoints"
 )
 
 // Mutant describes one mutant for the matrix.
@@ -202,6 +204,10 @@ var catalogue = []Mutant{
 		Via: Interceptor, Where: "selfcheck/mutant/interceptor: the EPP's streamed request_body responses are dropped when they return the body unchanged (an EPP that answers only a changed body, as in BUFFERED mode)", Kind: BlackBox, Target: "EPPBodyStreamedBack"},
 	{Name: RefusalAsGRPCError, Breaks: "a request no endpoint is eligible for is refused with ImmediateResponse 503, never by ending the stream with a gRPC error (GIE proposal 004; SPEC §5.1, §5.3)",
 		Via: Interceptor, Where: "selfcheck/mutant/interceptor: an ImmediateResponse 503 becomes the end of the stream with gRPC status Unavailable (which Envoy answers with status_on_error, 500)", Kind: BlackBox, Target: "EPPNoEligibleEndpoint503"},
+	{Name: LatePick, Breaks: "the pick is in place when Envoy's router chooses the host: on the request_headers response, or as metadata on the first streamed body response (GIE proposal 004; SPEC §5.1)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: the pick header and metadata leave the request_headers response; the metadata rides on the last streamed body response instead", Kind: BlackBox, Target: "EPPPickBeforeRouting"},
+	{Name: ServingBeforeReady, Breaks: "readiness SERVING means the EPP routes requests for its pool (GIE proposal 004 Health Checking; SPEC §5.1)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: for its first 6 s every request is refused with ImmediateResponse 503 \"no endpoints\" while the proxied health answers SERVING, as an EPP that says ready before its datastore has synced", Kind: BlackBox, Target: "EPPReadyRoutes"},
 	{Name: PluginStateScoreOnly, Breaks: "the prefix producer writes its plugin state in PrepareData, so the pick is indexed without a prefix scorer (GIE PR #2005, SPEC §1)",
 		Via: Plugin, Where: "selfcheck/mutant/wrap: approx-prefix-cache-producer wrapped, its plugin-state entry deleted when PrepareData ends", Kind: WhiteBox, Suite: "pluginstate",
 		Target: "the only profile has no prefix scorer should hold: PreRequest indexes the pick"},

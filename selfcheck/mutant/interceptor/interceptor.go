@@ -25,6 +25,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
@@ -68,6 +69,8 @@ type Interceptor struct {
 	// picks are the distinct pick values seen so far, in order (header-metadata-disagree).
 	picksMu sync.Mutex
 	picks   []string
+	// started is when Start returned (serving-before-endpoints).
+	started time.Time
 }
 
 // Mutants returns the protocol mutants the interceptor implements, sorted.
@@ -126,6 +129,7 @@ func Start(listen string, opts Options) (*Interceptor, error) {
 	extprocv3.RegisterExternalProcessorServer(i.srv, i)
 	healthpb.RegisterHealthServer(i.srv, &healthProxy{c: healthpb.NewHealthClient(i.health)})
 	go func() { _ = i.srv.Serve(i.lis) }()
+	i.started = time.Now()
 	return i, nil
 }
 
@@ -225,6 +229,8 @@ type stream struct {
 	// is set once its ImmediateResponse went to the gateway (refuseWhen).
 	refusal string
 	refused bool
+	// latePick is the pick late-pick took off the request_headers response.
+	latePick string
 }
 
 // request records what the mutant needs of a gateway message and rewrites it; an error ends the

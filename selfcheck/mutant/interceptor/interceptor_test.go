@@ -366,6 +366,18 @@ func TestEachMutantBreaksItsRule(t *testing.T) {
 				t.Errorf("503 refusal: %v, immediate %+v; want the stream ended with Unavailable and no ImmediateResponse", err, d.Immediate)
 			}
 		},
+		mutant.LatePick: func(t *testing.T, st *extprocclient.Stream, _ *extproctest.Server) {
+			d := exchange(t, st, request(long, nil, nil))
+			rt, err := d.Routing(extprocclient.SemanticsEnvoyExtProc)
+			if err != nil || d.PickHeader != "" || d.PickMetadata != pickA || rt.Pick() != "" {
+				t.Errorf("header %q, metadata %q, routed on %q (%v); want the pick only as metadata after the router chose", d.PickHeader, d.PickMetadata, rt.Pick(), err)
+			}
+		},
+		mutant.ServingBeforeReady: func(t *testing.T, st *extprocclient.Stream, _ *extproctest.Server) {
+			if d := exchange(t, st, request("a", nil, nil)); d.Immediate == nil || d.Immediate.Status != 503 {
+				t.Errorf("a request right after start: %+v, want ImmediateResponse 503", d.Immediate)
+			}
+		},
 		mutant.ProfileHeaderMissing: func(t *testing.T, st *extprocclient.Stream, _ *extproctest.Server) {
 			d := exchange(t, st, request("a", nil, nil))
 			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)

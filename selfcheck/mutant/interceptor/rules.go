@@ -6,6 +6,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -36,6 +37,9 @@ const (
 	headerPath = ":path"
 	// sseDone is the marker that ends an OpenAI SSE stream.
 	sseDone = "data: [DONE]"
+	// servingBeforeReadyFor is how long serving-before-endpoints refuses every request: three
+	// times the default servingGrace.
+	servingBeforeReadyFor = 6 * time.Second
 )
 
 // rule is one protocol mutant: request rewrites (or fails on) a gateway message in place,
@@ -306,6 +310,42 @@ var rules = map[mutant.Name]rule{
 			return nil, &ending{err: status.Error(codes.Unavailable, "no eligible endpoint")}
 		}
 		return pass(resp)
+	}},
+
+	// The pick leaves the request_headers response (header and metadata) and reaches the gateway
+	// as metadata on the last streamed request body response: after Envoy's router has chosen.
+	mutant.LatePick: {response: func(st *stream, resp *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, *ending) {
+		if resp.GetRequestHeaders() != nil {
+			pick := pickMetadata(resp)
+			if hm := commonOf(resp).GetHeaderMutation(); hm != nil {
+				if h := setHeaderValue(hm, extprocclient.DestinationKey); h != "" && pick == "" {
+					pick = h
+				}
+				hm.SetHeaders = dropOptions(hm.SetHeaders, extprocclient.DestinationKey)
+			}
+			if pick != "" {
+				delete(resp.GetDynamicMetadata().GetFields(), extprocclient.DestinationNamespace)
+				st.latePick = pick
+			}
+			return pass(resp)
+		}
+		if sr := resp.GetRequestBody().GetResponse().GetBodyMutation().GetStreamedResponse(); sr != nil && sr.GetEndOfStream() && st.latePick != "" {
+			setPickMetadata(resp, st.latePick)
+			st.latePick = ""
+		}
+		return pass(resp)
+	}},
+
+	// For servingBeforeReadyFor after the interceptor started, every request is refused with
+	// ImmediateResponse 503 and its stream ends, while the health service (proxied) says
+	// SERVING: an EPP that reports ready before it knows its endpoints.
+	mutant.ServingBeforeReady: {response: func(st *stream, resp *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, *ending) {
+		if time.Since(st.i.started) >= servingBeforeReadyFor || !requestPhase(resp) {
+			return pass(resp)
+		}
+		body, _ := json.Marshal(map[string]any{"error": map[string]any{"message": "no endpoints known yet", "code": 503}})
+		return []*extprocv3.ProcessingResponse{{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
+			ImmediateResponse: &extprocv3.ImmediateResponse{Status: &typev3.HttpStatus{Code: typev3.StatusCode_ServiceUnavailable}, Body: body}}}}, &ending{}
 	}},
 
 	// ImmediateResponses lose x-eppkit-reason; the status and JSON body stay.
