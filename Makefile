@@ -142,10 +142,9 @@ LLMD_ROUTER_EPP  := $(LLMD_ROUTER_EPP_TLS) --secure-serving=false
 LLMD_ROUTER_URL  := https://github.com/llm-d/llm-d-router
 LLMD_ROUTER_IMPL := --organization llm-d --url $(LLMD_ROUTER_URL) --contact $(LLMD_ROUTER_URL)/issues
 LLMD_ROUTER_VERSION := --project llm-d-router --version v0.10.0
-# Its approx-prefix-cache-producer keys plugin state by x-request-id as v1.5.0's does (GIE #1489), so
-# ReferenceDuplicateRequestIDIsolated is a race (failed 2 of 4 runs); OpenAIResponseUsageRobust
-# passes (no crash), so, unlike UPSTREAM_SKIP, it runs.
-LLMD_ROUTER_SKIP := ReferenceDuplicateRequestIDIsolated
+# Its approx-prefix-cache-producer keys plugin state by x-request-id as v1.5.0's does (GIE #1489):
+# DuplicateRequestIDIsolated, whose result against it is a race (failed 2 of 4 runs), needs the
+# EPP-Production feature RequestIDIsolation, which these runs do not claim.
 
 # llm-d-router in file-discovery mode (no Kubernetes; cmd/epp/runner/runner.go, runWithFileDiscovery,
 # taken when the config names a discovery plugin): LLMD_ROUTER_STATIC_SH, run by the target's shell
@@ -254,14 +253,14 @@ interop-lwepp-v1.6.2: interop-tools
 interop-llmd-router-v0.10.0: interop-tools
 	$(LLMD_ROUTER_BUILD); \
 	$(call interop_run,llmd-router-v0.10.0,$(LLMD_ROUTER_EPP),$(LLMD_ROUTER_VERSION) --profiles all \
-		--supported-features $(INTEROP_FEATURES) --skip-tests $(LLMD_ROUTER_SKIP),$(LLMD_ROUTER_IMPL))
+		--supported-features $(INTEROP_FEATURES),$(LLMD_ROUTER_IMPL))
 
 # (6t) The same with TLS on: its default --secure-serving=true, a self-signed certificate
 # (pkg/epp/server/runserver.go; --target-tls insecure); its gRPC health port stays plaintext.
 interop-llmd-router-v0.10.0-tls: interop-tools
 	$(LLMD_ROUTER_BUILD); \
 	$(call interop_run,llmd-router-v0.10.0-tls,$(LLMD_ROUTER_EPP_TLS),$(LLMD_ROUTER_VERSION) --profiles all \
-		--supported-features $(INTEROP_FEATURES) --skip-tests $(LLMD_ROUTER_SKIP) --target-tls insecure \
+		--supported-features $(INTEROP_FEATURES) --target-tls insecure \
 		--target-health-tls plaintext,$(LLMD_ROUTER_IMPL))
 
 # (6a) LoRAAffinity with lora-affinity-scorer enabled (manifests/epp-configs/lora-affinity.yaml).
@@ -275,7 +274,7 @@ interop-llmd-router-v0.10.0-lora: interop-tools
 interop-llmd-router-v0.10.0-static: interop-tools
 	$(LLMD_ROUTER_BUILD); \
 	$(call interop_run,llmd-router-v0.10.0-static,$(LLMD_ROUTER_STATIC_EPP),$(LLMD_ROUTER_VERSION) --profiles all \
-		--supported-features $(INTEROP_FEATURES) --skip-tests $(LLMD_ROUTER_SKIP),$(LLMD_ROUTER_IMPL),static)
+		--supported-features $(INTEROP_FEATURES),$(LLMD_ROUTER_IMPL),static)
 
 # (6c) the config of its optimized-baseline guide, which its nightly perf job deploys: the
 # EndpointPickerConfig embedded in the Helm values test/perf/config/router-configs/optimized-baseline.yaml
@@ -290,8 +289,7 @@ interop-llmd-router-v0.10.0-optimized-baseline: interop-tools
 		$$(./bin/eppkit tools path llmd-router src)/test/perf/config/router-configs/optimized-baseline.yaml > $(LLMD_ROUTER_OPTIMIZED); \
 	grep -q '^kind: EndpointPickerConfig' $(LLMD_ROUTER_OPTIMIZED) || { echo "$@: no EndpointPickerConfig in its optimized-baseline.yaml"; exit 2; }; \
 	$(call interop_run,llmd-router-v0.10.0-optimized-baseline,$(LLMD_ROUTER_EPP) --config-file {{.ConfigFile}},$(LLMD_ROUTER_VERSION) \
-		--config-file $(LLMD_ROUTER_OPTIMIZED) --profiles all --supported-features $(INTEROP_FEATURES) \
-		--skip-tests $(LLMD_ROUTER_SKIP),$(LLMD_ROUTER_IMPL))
+		--config-file $(LLMD_ROUTER_OPTIMIZED) --profiles all --supported-features $(INTEROP_FEATURES),$(LLMD_ROUTER_IMPL))
 
 # (6d) its shipped flow-control config, deploy/config/soft-reflective-ceiling-epp-config.yaml (the
 # configs artifact): the default scorers and weights with the flowControl feature gate and the
@@ -304,7 +302,7 @@ interop-llmd-router-v0.10.0-flow-control: interop-tools
 	$(LLMD_ROUTER_BUILD); \
 	$(call interop_run,llmd-router-v0.10.0-flow-control,$(LLMD_ROUTER_EPP) --allow-experimental-plugins --config-file {{.ConfigFile}},$(LLMD_ROUTER_VERSION) \
 		--config-file $$(./bin/eppkit tools path llmd-router configs)/soft-reflective-ceiling-epp-config.yaml --profiles all \
-		--supported-features $(INTEROP_FEATURES) --skip-tests $(LLMD_ROUTER_SKIP),$(LLMD_ROUTER_IMPL))
+		--supported-features $(INTEROP_FEATURES),$(LLMD_ROUTER_IMPL))
 
 # (4) predictor parity: the upstream EPP v1.5.0 with its predicted-latency plugins
 # (manifests/epp-configs/upstream-v1.5.0-predicted-latency.yaml) and PREDICTION_SERVER_URL /
@@ -377,14 +375,15 @@ e2e-framework: build
 ## conformance-cluster: the conformance suite against the reference EPP deployed in a kind cluster
 # (--target cluster --provider kind: fleet pods, InferencePool and EPP in the cluster, reached
 # through port-forwards). CLUSTER_FEATURES are the features claimed; DataParallelRanks and
-# PredictedLatency need processes on this host the EPP cannot reach, and ReferenceStaleEndpointFiltered
-# stops a fake's metrics endpoint in process (docs/kubernetes.md).
+# PredictedLatency need processes on this host the EPP cannot reach, and StaleEndpointFiltered (its
+# feature StaleEndpointFiltering is not claimed here) stops a fake's metrics endpoint in process
+# (docs/kubernetes.md).
 CLUSTER_FEATURES ?= OpenAIRequestParsing,PrefixCacheAffinity,QueueAwareness,KVCacheAwareness,LoRAAffinity,EndpointChurn,RequestShedding
 conformance-cluster: build
 	hack/container-engine.sh --check >/dev/null || exit 2
 	$(MAKE) --no-print-directory image
 	./bin/eppkit conformance --target cluster --endpoint-source cluster --provider kind --profiles all \
-		--supported-features $(CLUSTER_FEATURES) --config-file $(CONFORMANCE_CONFIG) --skip-tests ReferenceStaleEndpointFiltered \
+		--supported-features $(CLUSTER_FEATURES) --config-file $(CONFORMANCE_CONFIG) \
 		--log-dir out/conformance-cluster $(CONFORMANCE_FLAGS)
 
 ## catalogue: regenerate reports/CATALOGUE.md from the conformance test registry
@@ -399,11 +398,12 @@ catalogue:
 # reference with EPPKIT_MUTANT set (wrapper plugins, decorated sources, the hooks left in
 # reference/); every white-box mutant its suite. Exit 1 when a mutant escapes the test that targets
 # it. MUTANTS_FLAGS="--only kv-ignored" runs one; MUTANTS_UPSTREAM= leaves the upstream lane out (so
-# does a missing llm-d-router source snapshot: the lane is reported SKIPPED).
+# does a missing llm-d-router source snapshot: the lane is reported SKIPPED). Takes ~30 minutes on a
+# loaded 2-core machine.
 MUTANTS_FLAGS    ?=
 MUTANTS_UPSTREAM ?= $(LLMD_ROUTER_EPP)
 MUTANTS_UPSTREAM_FLAGS = --upstream-name "llm-d-router v0.10.0" --upstream-command "$(MUTANTS_UPSTREAM)" \
-	--upstream-args "--supported-features $(INTEROP_FEATURES),RequestShedding --skip-tests $(LLMD_ROUTER_SKIP)"
+	--upstream-args "--supported-features $(INTEROP_FEATURES),RequestShedding"
 mutants: build
 	$(GO) build -tags eppkit_mutants -ldflags "-X github.com/eppkit/eppkit/internal/version.version=$(VERSION)" -o bin/eppkit-mutants ./cmd/eppkit
 	./bin/eppkit-mutants tools build k8s && ./bin/eppkit-mutants tools build gie --only crds || exit 2

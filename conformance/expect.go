@@ -20,6 +20,9 @@ type ExpectedFailures struct {
 	// Reasons are the comments of the tests' lines (the one-line explanation), by ShortName;
 	// a test listed without a comment has none.
 	Reasons map[string]string
+	// Renamed are warnings for lines that name a test by a former name (ConformanceTest.FormerNames);
+	// Tests holds its ShortName.
+	Renamed []string
 }
 
 // LoadExpectedFailures reads an expected-failures file: one test ShortName per line, anything
@@ -39,6 +42,12 @@ func LoadExpectedFailures(path string, tests []ConformanceTest) (ExpectedFailure
 	for line := 1; sc.Scan(); line++ {
 		text, reason, _ := strings.Cut(sc.Text(), "#")
 		fields := strings.Fields(text)
+		if len(fields) == 1 {
+			if n, renamed := ResolveName(tests, fields[0]); renamed {
+				ef.Renamed = append(ef.Renamed, fmt.Sprintf("--expect-failures %s:%d: %s is now named %s; use the new name", path, line, fields[0], n))
+				fields[0] = n
+			}
+		}
 		switch {
 		case len(fields) == 0:
 			continue

@@ -30,8 +30,9 @@ const (
 // Matrix renders who passes what: one Markdown table per profile, a row per test of tests (the
 // registry, in its order), a column per run. A cell is ✅ passed; ❌ failed, linked to the
 // run's explanation (the heading "### `<run>`" of the same page, ExplanationAnchor) with the
-// expected-failures reason as the link's title; "n/s" the feature is not claimed; "skip" skipped
-// by the selection or a precondition (title: why); "—" the test is not in that run. The last row
+// expected-failures reason as the link's title; "n/s" the feature is not claimed; "n/a" not
+// applicable (a precondition unmet; title: which); "skip" skipped by the selection (title: why);
+// "—" the test is not in that run. The last row
 // of each table counts passed of ran per run.
 //
 // Errors: a run failed a test that its expected-failures list does not explain (the table is
@@ -40,7 +41,8 @@ func Matrix(runs []MatrixRun, tests []ConformanceTest) (string, error) {
 	var b strings.Builder
 	var unexplained []string
 	b.WriteString("Legend: ✅ passed; ❌ failed (the link goes to the run's explanation, hover for the one-line reason); " +
-		"n/s not supported (the feature is not claimed in that run); skip: skipped (hover for why); — not in that run.\n")
+		"n/s not supported (the feature is not claimed in that run); n/a not applicable (a precondition unmet, hover for which); " +
+		"skip: skipped by the run's selection (hover for why); — not in that run.\n")
 	for _, p := range Profiles {
 		var rows []ConformanceTest
 		for _, ct := range tests {
@@ -84,6 +86,8 @@ func Matrix(runs []MatrixRun, tests []ConformanceTest) (string, error) {
 					}
 				case rec.Kind == KindNotSupported:
 					cell = "n/s"
+				case rec.Kind == KindNotApplicable && rec.Message != "":
+					cell = fmt.Sprintf("<abbr title=%s>n/a</abbr>", markdownTitle(rec.Message))
 				default:
 					cell = "skip"
 					if rec.Message != "" {

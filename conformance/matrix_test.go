@@ -19,7 +19,7 @@ func TestMatrix(t *testing.T) {
 		{ShortName: "Gamma", Outcome: Skipped, Kind: KindNotSupported},
 	}}, Expected: ExpectedFailures{Tests: []string{"Beta"}, Reasons: map[string]string{"Beta": `answers "gRPC Internal" | not 503`}}}
 	b := MatrixRun{Name: "epp-b", Results: Results{Tests: []TestRecord{
-		{ShortName: "Alpha", Outcome: Skipped, Kind: KindPrecondition, Message: "needs apiserver"},
+		{ShortName: "Alpha", Outcome: Skipped, Kind: KindNotApplicable, Message: "needs apiserver"},
 		{ShortName: "Beta", Outcome: Passed, Kind: KindPassed},
 	}}}
 	got, err := Matrix([]MatrixRun{a, b}, tests)
@@ -29,7 +29,7 @@ func TestMatrix(t *testing.T) {
 	for _, want := range []string{
 		"**Profile EPP** (2 tests)",
 		"| test | epp-a-v1.0.0 | epp-b |",
-		"| Alpha | ✅ | <abbr title=\"needs apiserver\">skip</abbr> |",
+		"| Alpha | ✅ | <abbr title=\"needs apiserver\">n/a</abbr> |",
 		"| Beta | [❌](#epp-a-v100 \"answers 'gRPC Internal' / not 503\") | ✅ |",
 		"| **passed / ran** | 1 / 2 | 1 / 1 |",
 		"**Profile EPP-Routing** (1 tests)",

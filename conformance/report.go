@@ -117,7 +117,7 @@ func BuildReport(p Profile, meta ReportMeta, results []TestResult, v Verdict) Co
 			}
 		case KindFailed, KindExpectedFailure:
 			st.FailedTests = append(st.FailedTests, r.Test.ShortName)
-		case KindSkipped, KindPrecondition, KindInterrupted:
+		case KindSkipped, KindNotApplicable, KindInterrupted:
 			st.SkippedTests = append(st.SkippedTests, r.Test.ShortName)
 		}
 	}
@@ -129,9 +129,10 @@ func BuildReport(p Profile, meta ReportMeta, results []TestResult, v Verdict) Co
 	if pv.HasExtended {
 		ext.Statistics, ext.Result = statistics(pv.Extended), schemaResult(pv.Extended.Result())
 		es := &confv1.ExtendedStatus{Status: ext}
-		// EPP-Routing is the feature profile: every feature belongs to it, tested yet or not.
+		// Every feature belongs to EPP-Routing or EPP-Production (FeatureProfile), tested yet or
+		// not; a profile also lists the other profile's features its tests need.
 		for _, f := range AllFeatures {
-			if !used[f] && p != ProfileEPPRouting {
+			if !used[f] && FeatureProfile(f) != p {
 				continue
 			}
 			if slices.Contains(meta.Selection.SupportedFeatures, f) && !slices.Contains(meta.Selection.ExemptFeatures, f) {

@@ -78,6 +78,11 @@ type Options struct {
 	// EndpointSource tells the target the pool (--endpoint-source): "static" (default) or
 	// "apiserver" (a local kube-apiserver + etcd holding the InferencePool and Ready Pods).
 	EndpointSource string
+	// TargetImpl and SourceImpl, for drivers that build their own (the e2e-framework feature's
+	// cluster run), are used instead of the registries' Target and EndpointSource, which must
+	// then be empty. No flag sets them.
+	TargetImpl harness.Target
+	SourceImpl harness.EndpointSource
 
 	// Profiles are the profiles to run and report (--profiles); nil = every profile.
 	Profiles []Profile
@@ -99,7 +104,7 @@ type Options struct {
 	// any certificate) or "ca:<file>". TargetHealthTLS does the same for its gRPC health port
 	// (--target-health-tls; "" = as TargetTLS).
 	TargetTLS, TargetHealthTLS string
-	// ReadinessProbe is the harness's first pick before the tests (--readiness-probe): "body"
+	// ReadinessProbe is the request the readiness wait probes with (--readiness-probe): "body"
 	// (default; a chat completion) or "headers-only" (GET /v1/models, for an EPP whose body
 	// exchange is broken).
 	ReadinessProbe string
@@ -176,6 +181,9 @@ type plan struct {
 	startFleet harness.FleetStarter
 	seed       int64
 	meta       ReportMeta
+	// warnings are printed to Options.Err when the run starts (former test names, a publication
+	// without a version or a reproduction).
+	warnings []string
 }
 
 // Validate checks the options against the registry (every name must exist) and the files they
@@ -192,7 +200,18 @@ func (o Options) plan() (*plan, error) {
 	}
 	p := &plan{opts: o, tests: tests}
 	p.sel = Selection{Profiles: o.Profiles, SupportedFeatures: o.SupportedFeatures, ExemptFeatures: o.ExemptFeatures,
-		SkipTests: o.SkipTests, RunTest: strings.TrimSpace(o.RunTest)}
+		SkipTests: slices.Clone(o.SkipTests), RunTest: strings.TrimSpace(o.RunTest)}
+	// Renamed tests keep answering to their former names (ConformanceTest.FormerNames).
+	if n, renamed := ResolveName(tests, p.sel.RunTest); renamed {
+		p.warnings = append(p.warnings, fmt.Sprintf("--run-test %s: the test is now named %s; use the new name", p.sel.RunTest, n))
+		p.sel.RunTest = n
+	}
+	for i, name := range p.sel.SkipTests {
+		if n, renamed := ResolveName(tests, name); renamed {
+			p.warnings = append(p.warnings, fmt.Sprintf("--skip-tests %s: the test is now named %s; use the new name", name, n))
+			p.sel.SkipTests[i] = n
+		}
+	}
 	if p.sel.Profiles == nil {
 		p.sel.Profiles = slices.Clone(Profiles)
 	}
@@ -209,7 +228,13 @@ func (o Options) plan() (*plan, error) {
 	if err := p.timeouts.Validate(); err != nil {
 		return nil, optionError("Timeouts", "--timeout-config", err)
 	}
-	if o.Target == "" {
+	if (o.TargetImpl != nil) != (o.SourceImpl != nil) {
+		return nil, exitErr(ExitBadOptions, "TargetImpl and SourceImpl: set both or neither")
+	}
+	if o.TargetImpl != nil && (o.Target != "" || o.EndpointSource != "" || o.Command != "" || o.Address != "") {
+		return nil, exitErr(ExitBadOptions, "TargetImpl: Target, EndpointSource, Command and Address must be empty with it")
+	}
+	if o.Target == "" && o.TargetImpl == nil {
 		return nil, optionError("Target", "--target", fmt.Errorf("required (have %v)", TargetNames()))
 	}
 	if o.Target != "command" && o.Command != "" {
@@ -219,7 +244,9 @@ func (o Options) plan() (*plan, error) {
 		return nil, exitErr(ExitBadOptions, "--address/--health-address: only valid with --target address (got --target %s)", o.Target)
 	}
 	var err error
-	if p.target, err = NewTarget(o.Target, TargetOptions{Command: o.Command, Address: o.Address, HealthAddress: o.HealthAddress}); err != nil {
+	if o.TargetImpl != nil {
+		p.target = o.TargetImpl
+	} else if p.target, err = NewTarget(o.Target, TargetOptions{Command: o.Command, Address: o.Address, HealthAddress: o.HealthAddress}); err != nil {
 		return nil, exitErr(ExitBadOptions, "%w", err)
 	}
 	sourceName := o.EndpointSource
@@ -236,7 +263,9 @@ func (o Options) plan() (*plan, error) {
 				"is an InferenceModelRewrite object your EPP reads from the cluster); remove it, or use --endpoint-source static", sourceName)
 		}
 	}
-	if p.source, err = NewEndpointSource(sourceName); err != nil {
+	if o.SourceImpl != nil {
+		p.source = o.SourceImpl
+	} else if p.source, err = NewEndpointSource(sourceName); err != nil {
 		return nil, exitErr(ExitBadOptions, "%w", err)
 	}
 	if o.ConfigFile != "" {
@@ -265,6 +294,7 @@ func (o Options) plan() (*plan, error) {
 		if p.expect, err = LoadExpectedFailures(o.ExpectFailures, tests); err != nil {
 			return nil, exitErr(ExitBadOptions, "%w", err)
 		}
+		p.warnings = append(p.warnings, p.expect.Renamed...)
 	}
 	if o.FleetSize < 0 || o.FleetSize > 250 {
 		return nil, exitErr(ExitBadOptions, "--fleet-size: must be in [1,250], got %d", o.FleetSize)
@@ -276,6 +306,19 @@ func (o Options) plan() (*plan, error) {
 		return nil, err
 	}
 	p.meta = ReportMeta{Implementation: o.Implementation, EppkitVersion: version.Version(), Selection: p.sel}
+	if o.PublishDir != "" {
+		if len(o.Reproduce) == 0 {
+			return nil, exitErr(ExitBadOptions, "--publish-dir: Options.Reproduce is empty: the publication README's Reproduce section "+
+				"must say how to rerun the run (the CLI passes its own command line, conformance.RunTest its go test command)")
+		}
+		if v := p.meta.EppkitVersion; v == "" || v == "dev" || v == "(devel)" {
+			p.warnings = append(p.warnings, fmt.Sprintf("--publish-dir: this eppkit has no version (eppkitVersion: %q): readers cannot "+
+				"tell which eppkit ran the suite; build it with one (make build sets it from git) or require a released eppkit module", v))
+		}
+		if v := o.Implementation.Version; v == "dev" || v == "(devel)" || v == "latest" {
+			p.warnings = append(p.warnings, fmt.Sprintf("--publish-dir: --version %q names no release of your EPP: publish the version you tested", v))
+		}
+	}
 	if o.PublishDir != "" && (p.sel.RunTest != "" || len(p.sel.SkipTests) > 0 || len(p.sel.ExemptFeatures) > 0) {
 		return nil, exitErr(ExitBadOptions, "--publish-dir: a publication must be a full run of its profiles (GIE accepts a report "+
 			"only when its result is success); drop --run-test, --skip-tests and --exempt-features, or write --report-output only")
@@ -363,6 +406,15 @@ type Session struct {
 	mu       sync.Mutex
 	results  map[string]TestResult
 	finished bool
+
+	// startErr is the harness error of a run whose target was started but never got ready (or
+	// whose gateway did not start): Finish reports every test not run with it.
+	startErr string
+
+	// reproduce and quiet are set by drivers with a runner of their own (RunTest): the command
+	// that reruns one test, and no per-test console line (the driver prints its own).
+	reproduce func(ct ConformanceTest, seed int64) string
+	quiet     bool
 }
 
 // Start validates opts, prints the banner, starts the harness (when a selected test will run)
@@ -380,7 +432,27 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	p.meta.Date = s.start
 	fmt.Fprintf(s.out, "eppkit conformance %s: target %s, endpoint source %s, profiles %v, supported features %v, seed %d\n",
 		p.meta.EppkitVersion, p.target.Name(), p.source.Name(), p.sel.Profiles, p.sel.SupportedFeatures, p.seed)
+	if opts.Err != nil {
+		for _, w := range p.warnings {
+			fmt.Fprintln(opts.Err, "warning: "+w)
+		}
+	}
 	if err := s.startHarness(); err != nil {
+		var he *harness.Error
+		if errors.As(err, &he) && he.TargetStarted && s.ctx.Err() == nil {
+			// The target was started: the run still gets its reports, every test not run, so a
+			// CI job sees a JUnit and a ConformanceReport naming the phase that failed.
+			s.startErr = err.Error()
+			fmt.Fprintf(s.out, "the harness could not start (%s); every selected test is reported not run\n", he.Stage)
+			if _, ferr := s.Finish(); ferr != nil {
+				var ee *ExitError
+				if errors.As(ferr, &ee) && ee.Code == ExitHarness && !strings.HasPrefix(ee.Error(), "write ") {
+					return nil, err
+				}
+				return nil, &ExitError{Code: ExitHarness, Err: errors.Join(err, ferr)}
+			}
+			return nil, err
+		}
 		r := NewResults(p.meta, p.target.Name(), p.source.Name(), p.seed, s.start, nil, Verdict{})
 		r.ExitCode, r.Error, r.Interrupted = err.Code, err.Error(), errors.Is(ctx.Err(), context.Canceled)
 		if werr := s.writeResultsFile(r); werr != nil {
@@ -439,7 +511,7 @@ func (s *Session) startHarness() *ExitError {
 			return exitErr(ExitHarness, "the harness could not start: %w\n"+
 				"--target address does not start an EPP: start yours first, listening at %s, or fix %s", err, nl.Addr, flag)
 		}
-		return exitErr(ExitHarness, "the harness could not start: %w", err)
+		return &ExitError{Code: ExitHarness, Err: fmt.Errorf("the harness could not start: %w", err)}
 	}
 	s.suite = suite
 	fmt.Fprintf(s.out, "harness ready in %s: pool %v, target ext_proc %s\n", time.Since(s.start).Round(time.Millisecond),
@@ -449,6 +521,17 @@ func (s *Session) startHarness() *ExitError {
 
 // Suite is the running harness; nil when no selected test runs.
 func (s *Session) Suite() *harness.Suite { return s.suite }
+
+// NotSupported reports whether ct does not run only because its feature is not claimed
+// (Selection.NotSupported): drivers give such a test no line or subtest of its own.
+func (s *Session) NotSupported(ct ConformanceTest) bool { return s.p.sel.NotSupported(ct) }
+
+// Finished reports whether Finish was called.
+func (s *Session) Finished() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.finished
+}
 
 // Seed is the run's seed.
 func (s *Session) Seed() int64 { return s.p.seed }
@@ -473,7 +556,10 @@ func (s *Session) SkipReason(ct ConformanceTest) string { return s.p.sel.SkipRea
 func (s *Session) RunOne(ct ConformanceTest) TestResult {
 	s.mu.Lock()
 	if s.runner == nil {
-		s.runner = &Runner{Suite: s.suite, Selection: s.p.sel, Progress: s.out, Context: s.ctx, Abort: s.p.opts.Abort}
+		s.runner = &Runner{Suite: s.suite, Selection: s.p.sel, Progress: s.out, Context: s.ctx, Abort: s.p.opts.Abort, Reproduce: s.reproduce}
+		if s.quiet {
+			s.runner.Progress = nil
+		}
 	}
 	r := s.runner
 	s.mu.Unlock()
@@ -486,6 +572,10 @@ func (s *Session) RunOne(ct ConformanceTest) TestResult {
 	s.mu.Unlock()
 	return res[0]
 }
+
+// HarnessNotStartedMessage is the skip reason of every selected test of a run whose target was
+// started but whose harness never got ready (Verdict.Stopped has the harness error).
+const HarnessNotStartedMessage = "not run: the harness could not start (see the run's verdict)"
 
 // NotRunMessage is the skip reason the reports give a selected test its driver never ran (a
 // `go test -run` or `ginkgo --focus` filter).
@@ -510,6 +600,8 @@ func (s *Session) Finish() (Result, error) {
 			res = TestResult{Test: ct, Outcome: Skipped, Message: NotRunMessage, Start: s.start}
 			if reason := s.p.sel.SkipReason(ct); reason != "" {
 				res.Message = reason
+			} else if s.startErr != "" {
+				res.Message, res.Interrupted = HarnessNotStartedMessage, true
 			} else if s.ctx.Err() != nil {
 				res.Message, res.Interrupted = InterruptedMessage, true
 			}
@@ -522,7 +614,7 @@ func (s *Session) Finish() (Result, error) {
 	}
 	p, o := s.p, s.p.opts
 	res := Result{Tests: results, Seed: p.seed, Start: s.start}
-	in := JudgeInput{Selection: p.sel, Interrupted: errors.Is(s.ctx.Err(), context.Canceled), TargetDown: s.targetDown()}
+	in := JudgeInput{Selection: p.sel, Interrupted: errors.Is(s.ctx.Err(), context.Canceled), TargetDown: s.targetDown(), HarnessError: s.startErr}
 	if o.ExpectFailures != "" {
 		in.Expect = &p.expect
 	}

@@ -7,8 +7,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	confv1 "sigs.k8s.io/gateway-api/conformance/apis/v1"
+
+	"github.com/eppkit/eppkit/conformance/harness"
 )
 
 // withTests registers tests for one test and removes them at its end (this package's tests run
@@ -65,7 +68,8 @@ func TestOptionsValidate(t *testing.T) {
 			"--skip-tests RunProbePrefix: it would not run anyway (feature PrefixCacheAffinity is not claimed)"},
 		{"skip-tests outside --run-test", with(func(o *Options) { o.RunTest, o.SkipTests = "RunProbeCore", []string{"RunProbePrefix"} }),
 			"--skip-tests RunProbePrefix: it would not run anyway"},
-		{"publish a narrowed run", with(func(o *Options) { o.PublishDir, o.RunTest = dir, "RunProbeCore" }),
+		{"publish without a reproduction", with(func(o *Options) { o.PublishDir = dir }), "--publish-dir: Options.Reproduce is empty"},
+		{"publish a narrowed run", with(func(o *Options) { o.PublishDir, o.RunTest, o.Reproduce = dir, "RunProbeCore", []string{"x"} }),
 			"--publish-dir: a publication must be a full run"},
 		{"Endpoints with the apiserver source", Options{Target: "command", Command: "my-epp --endpoints {{.Endpoints}}", EndpointSource: "apiserver"},
 			"{{.Endpoints}} is empty with --endpoint-source apiserver"},
@@ -116,5 +120,81 @@ func TestRunRefusesNothingToRun(t *testing.T) {
 	}
 	if strings.Contains(out.String(), "harness ready") {
 		t.Errorf("a harness started:\n%s", out.String())
+	}
+}
+
+// TestRunWritesReportsWhenNotReady: a target that starts but never gets ready (a command that
+// serves nothing) ends the run with exit 2 and still writes every report, each selected test
+// reported not run, the verdict naming the readiness phase.
+func TestRunWritesReportsWhenNotReady(t *testing.T) {
+	withTests(t, fakeTest("ReadyProbeCore", ProfileEPP, LevelMUST), fakeTest("ReadyProbePrefix", ProfileEPPRouting, LevelUpstream, FeaturePrefixCacheAffinity))
+	dir := t.TempDir()
+	to := harness.DefaultTimeoutConfig()
+	to.TargetReady = harness.Duration(2 * time.Second)
+	var out strings.Builder
+	o := Options{Target: "command", Command: "sleep 30", Profiles: []Profile{ProfileEPP, ProfileEPPRouting},
+		SupportedFeatures: []Feature{FeaturePrefixCacheAffinity}, Timeouts: to, LogDir: filepath.Join(dir, "log"),
+		ReportDir: filepath.Join(dir, "reports"), ResultsFile: filepath.Join(dir, "results.json"), Out: &out,
+		Implementation: confv1.Implementation{Organization: "o", Project: "p", URL: "u", Version: "v", Contact: []string{"c"}}}
+	_, err := Run(context.Background(), o)
+	var ee *ExitError
+	if !errors.As(err, &ee) || ee.Code != ExitHarness || !strings.Contains(err.Error(), "readiness") {
+		t.Fatalf("Run: %v, want exit %d naming the readiness phase", err, ExitHarness)
+	}
+	junit := mustRead(t, filepath.Join(o.ReportDir, "junit.xml"))
+	for _, want := range []string{`tests="2"`, `skipped="2"`, "not run: the harness could not start", `name="eppkit.exitCode" value="2"`, "readiness"} {
+		if !strings.Contains(junit, want) {
+			t.Errorf("junit.xml lacks %q:\n%s", want, junit)
+		}
+	}
+	for _, f := range []string{"epp-report.yaml", "epp-routing-report.yaml", "summary.md"} {
+		if _, err := os.Stat(filepath.Join(o.ReportDir, f)); err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+	if !strings.Contains(mustRead(t, filepath.Join(o.ReportDir, "summary.md")), "NOT STARTED (the harness could not start)") {
+		t.Errorf("summary.md does not say the harness could not start")
+	}
+	rf, err := ReadResultsFile(o.ResultsFile)
+	if err != nil || rf.ExitCode != ExitHarness || len(rf.Tests) != 2 || !strings.Contains(rf.Error, "readiness") {
+		t.Errorf("results file: %+v, %v", rf, err)
+	}
+}
+
+// TestFormerNamesResolve: a renamed test answers to its former name in --run-test and
+// --skip-tests, with a warning naming the new name.
+func TestFormerNamesResolve(t *testing.T) {
+	renamed := fakeTest("NewName", ProfileEPP, LevelMUST)
+	renamed.FormerNames = []string{"OldName"}
+	withTests(t, renamed, fakeTest("Other", ProfileEPP, LevelMUST))
+	p, err := Options{Target: "address", Address: "127.0.0.1:1", RunTest: "OldName"}.plan()
+	if err != nil || p.sel.RunTest != "NewName" || len(p.warnings) != 1 || !strings.Contains(p.warnings[0], "now named NewName") {
+		t.Fatalf("--run-test OldName: %v, selection %q, warnings %q", err, p.sel.RunTest, p.warnings)
+	}
+	p, err = Options{Target: "address", Address: "127.0.0.1:1", SkipTests: []string{"OldName"}}.plan()
+	if err != nil || p.sel.SkipTests[0] != "NewName" || len(p.warnings) != 1 {
+		t.Fatalf("--skip-tests OldName: %v, selection %q, warnings %q", err, p.sel.SkipTests, p.warnings)
+	}
+	if n, was := ResolveName(All(), "Other"); n != "Other" || was {
+		t.Errorf("ResolveName(Other) = %s %v", n, was)
+	}
+}
+
+// TestPublicationWarnings: a publication from an eppkit or an EPP without a version is warned
+// about by name.
+func TestPublicationWarnings(t *testing.T) {
+	withTests(t, fakeTest("PubProbe", ProfileEPP, LevelMUST))
+	o := Options{Target: "address", Address: "127.0.0.1:1", PublishDir: t.TempDir(), Reproduce: []string{"eppkit conformance ..."},
+		Implementation: confv1.Implementation{Organization: "o", Project: "p", URL: "u", Version: "dev", Contact: []string{"c"}}}
+	p, err := o.plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	joined := strings.Join(p.warnings, "\n")
+	if !strings.Contains(joined, `--version "dev" names no release of your EPP`) {
+		t.Errorf("warnings %q lack the EPP version", joined)
+	}
+	if v := p.meta.EppkitVersion; (v == "dev" || v == "(devel)") != strings.Contains(joined, "this eppkit has no version") {
+		t.Errorf("eppkit version %q, warnings %q", v, joined)
 	}
 }

@@ -28,6 +28,10 @@ type Runner struct {
 	// skipped as interrupted (AbandonedMessage) and its goroutine is left running, as after
 	// testTimeout. Nil = never.
 	Abort <-chan struct{}
+	// Reproduce, when set, is the command that reruns one test alone with the run's seed, logged
+	// at the start of each test (the CLI's --run-test, or go test -run for RunTest); nil logs the
+	// CLI's flags.
+	Reproduce func(ct ConformanceTest, seed int64) string
 
 	// stopped is the diagnosis of a target found down (Suite.TargetDown): once set, every later
 	// test is reported not run (TargetStoppedMessage) instead of failing on dial errors.
@@ -93,16 +97,23 @@ func (r *Runner) Run(tests []ConformanceTest) []TestResult {
 			}
 		}
 		out = append(out, res)
-		if r.Progress != nil {
+		// A test of a feature not claimed did not run and is counted only as not supported, in
+		// the profile line (as in the YAML and junit.xml): no line of its own.
+		if r.Progress != nil && !r.Selection.NotSupported(ct) {
 			fmt.Fprintln(r.Progress, ProgressLine(res))
 		}
 	}
 	return out
 }
 
-// ProgressLine formats one finished test for the console.
+// ProgressLine formats one finished test for the console: PASS, FAIL, SKIP (the selection or
+// the run's end left it out) or N/A (not applicable: a precondition unmet), the test and its
+// time, and for all but PASS the first line of the message.
 func ProgressLine(res TestResult) string {
 	tag := map[Outcome]string{Passed: "PASS", Failed: "FAIL", Skipped: "SKIP"}[res.Outcome]
+	if res.Outcome == Skipped && strings.HasPrefix(res.Message, harness.NotApplicablePrefix) {
+		tag = "N/A"
+	}
 	line := fmt.Sprintf("%-4s  %s/%s (%s)", tag, res.Test.Profile, res.Test.ShortName, res.Duration.Round(time.Millisecond))
 	if res.Outcome != Passed && res.Message != "" {
 		line += ": " + firstLine(res.Message)
@@ -130,7 +141,11 @@ func (r *Runner) runOne(ct ConformanceTest) TestResult {
 			}
 		}()
 		if r.Suite != nil {
-			t.Logf("seed %d; reproduce with --run-test %s and EPPKIT_SEED=%d", r.Suite.Seed, ct.ShortName, r.Suite.Seed)
+			repro := fmt.Sprintf("EPPKIT_SEED=%d with --run-test %s", r.Suite.Seed, ct.ShortName)
+			if r.Reproduce != nil {
+				repro = r.Reproduce(ct, r.Suite.Seed)
+			}
+			t.Logf("seed %d; reproduce: %s", r.Suite.Seed, repro)
 		}
 		ct.Run(t, r.Suite)
 	}()
@@ -157,7 +172,8 @@ func (r *Runner) runOne(ct ConformanceTest) TestResult {
 	case rec.Failed:
 		res.Outcome, res.Message = Failed, rec.FirstFailure
 	case rec.Skipped:
-		res.Outcome, res.Message = Skipped, rec.SkipReason
+		// A test that stops itself does so for an unmet precondition: not applicable.
+		res.Outcome, res.Message = Skipped, harness.NotApplicableReason(rec.SkipReason)
 	default:
 		res.Outcome = Passed
 	}

@@ -24,7 +24,7 @@ func TestRunnerSkip(t *testing.T) {
 	if len(res) != 2 {
 		t.Fatalf("%d results, want 2", len(res))
 	}
-	if res[0].Outcome != Skipped || res[0].Message != "source static cannot do it" || !cleaned {
+	if res[0].Outcome != Skipped || res[0].Message != "not applicable: source static cannot do it" || !cleaned {
 		t.Errorf("Skips: outcome %s, message %q, cleanup ran %v; want skipped with the reason and cleanups run", res[0].Outcome, res[0].Message, cleaned)
 	}
 	if res[1].Outcome != Failed || !strings.Contains(res[1].Message, "broken first") {

@@ -16,6 +16,7 @@ package conformance
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"sync"
 
@@ -31,7 +32,8 @@ const (
 	LevelMUST Level = "MUST"
 	// LevelUpstream is what GIE's EPP v1.5.0 does; tested only under an extended feature.
 	LevelUpstream Level = "upstream"
-	// LevelEppkit is eppkit's own fix or extension; tested only in the Reference profile.
+	// LevelEppkit is eppkit's own fix or extension; tested in the EPP-Production profile (under
+	// a feature an implementation claims) or in the Reference profile.
 	LevelEppkit Level = "eppkit"
 )
 
@@ -43,12 +45,18 @@ const (
 	ProfileEPP Profile = "EPP"
 	// ProfileEPPRouting holds the routing behaviours (SPEC §6), each gated by a Feature.
 	ProfileEPPRouting Profile = "EPP-Routing"
-	// ProfileReference holds eppkit-only rules; only eppkit's reference EPP claims it.
+	// ProfileEPPProduction holds rules any production EPP should meet that the protocol does not
+	// state (duplicate request ids isolated, refusals that keep the stream serving, stale
+	// endpoints filtered, malformed SLO headers refused, the request surface real clients send),
+	// each gated by a feature an implementation claims (ProductionFeatures).
+	ProfileEPPProduction Profile = "EPP-Production"
+	// ProfileReference holds rules specific to eppkit's reference EPP's own design (its
+	// x-eppkit-* headers, its PrepareData budget); only the reference claims it.
 	ProfileReference Profile = "Reference"
 )
 
 // Profiles lists every profile in report order.
-var Profiles = []Profile{ProfileEPP, ProfileEPPRouting, ProfileReference}
+var Profiles = []Profile{ProfileEPP, ProfileEPPRouting, ProfileEPPProduction, ProfileReference}
 
 // Feature is an extended capability an implementation may claim with --supported-features.
 type Feature string
@@ -85,20 +93,77 @@ const (
 	// server publishes over ZMQ (llm-d-router v0.10.0 precise-prefix-cache-producer), at
 	// tcp://<endpoint IP>:5557 (replay 5558).
 	FeaturePrecisePrefixCache Feature = "PrecisePrefixCache"
+	// FeatureRequestHeaderOverwrite: every request header the EPP sets replaces the value the
+	// request carried (SPEC §9.3). Apart from OpenAIRequestParsing because an EPP that returns the
+	// pick as metadata only (valid by the protocol) may set no header at all.
+	FeatureRequestHeaderOverwrite Feature = "RequestHeaderOverwrite"
+
+	// The EPP-Production features (ProductionFeatures).
+
+	// FeatureRequestIDIsolation: concurrent requests with the same x-request-id keep their own
+	// per-request state (SPEC §9.2, GIE #1489).
+	FeatureRequestIDIsolation Feature = "RequestIDIsolation"
+	// FeatureStreamSurvivesRefusal: after an ImmediateResponse the same ext_proc stream keeps
+	// serving (SPEC §5.2, §5.3).
+	FeatureStreamSurvivesRefusal Feature = "StreamSurvivesRefusal"
+	// FeatureStaleEndpointFiltering: endpoints whose metrics scrape fails are not picked while
+	// others are fresh (SPEC §3).
+	FeatureStaleEndpointFiltering Feature = "StaleEndpointFiltering"
+	// FeatureSLOHeaderValidation: a malformed SLO header is refused with 400 (SPEC §4.1).
+	FeatureSLOHeaderValidation Feature = "SLOHeaderValidation"
+	// FeatureLegacyKVCacheMetric: the KV-cache gauge is read under vLLM's name before v0.10 too
+	// (SPEC §7.1).
+	FeatureLegacyKVCacheMetric Feature = "LegacyKVCacheMetric"
+	// FeatureEngineSeriesAggregation: a server's engine-labelled series are summed into its load
+	// (SPEC §7.1, GIE #2950).
+	FeatureEngineSeriesAggregation Feature = "EngineSeriesAggregation"
+	// FeatureAnthropicMessages: /v1/messages is routed, its system prompt hashed (SPEC §9.1).
+	FeatureAnthropicMessages Feature = "AnthropicMessages"
+	// FeatureTokenIDPrompts: token-id prompts are routed and hashed by their ids (SPEC §9.1).
+	FeatureTokenIDPrompts Feature = "TokenIDPrompts"
+	// FeatureMultimodalPrefixIdentity: non-text content parts reach the prefix hash by identity
+	// (SPEC §9.1).
+	FeatureMultimodalPrefixIdentity Feature = "MultimodalPrefixIdentity"
+	// FeaturePartialBlockHashing: the trailing partial block is hashed (SPEC §2.1, GIE PR #2823).
+	FeaturePartialBlockHashing Feature = "PartialBlockHashing"
 )
 
-// AllFeatures lists every Feature in a stable order.
-var AllFeatures = []Feature{
+// AllFeatures lists every Feature in a stable order: the EPP-Routing features, then
+// ProductionFeatures.
+var AllFeatures = append([]Feature{
 	FeatureOpenAIRequestParsing, FeaturePrefixCacheAffinity, FeatureQueueAwareness,
 	FeatureKVCacheAwareness, FeatureLoRAAffinity, FeaturePredictedLatency,
 	FeatureRequestShedding, FeatureEndpointChurn, FeatureDataParallelRanks,
-	FeatureSubsetHintIPMatching, FeatureHighAvailability, FeaturePrecisePrefixCache,
+	FeatureSubsetHintIPMatching, FeatureRequestHeaderOverwrite, FeatureHighAvailability, FeaturePrecisePrefixCache,
+}, ProductionFeatures...)
+
+// ProductionFeatures are the features of the EPP-Production profile, in a stable order; every
+// other feature belongs to EPP-Routing (FeatureProfile).
+var ProductionFeatures = []Feature{
+	FeatureRequestIDIsolation, FeatureStreamSurvivesRefusal, FeatureStaleEndpointFiltering,
+	FeatureSLOHeaderValidation, FeatureLegacyKVCacheMetric, FeatureEngineSeriesAggregation,
+	FeatureAnthropicMessages, FeatureTokenIDPrompts, FeatureMultimodalPrefixIdentity,
+	FeaturePartialBlockHashing,
+}
+
+// FeatureProfile is the profile whose report lists f as supported or unsupported:
+// EPP-Production for ProductionFeatures, EPP-Routing for the others. A test of one profile may
+// also need a feature of the other (a production rule observed through prefix affinity).
+func FeatureProfile(f Feature) Profile {
+	if slices.Contains(ProductionFeatures, f) {
+		return ProfileEPPProduction
+	}
+	return ProfileEPPRouting
 }
 
 // ConformanceTest is one rule, as data. Register it from an init() in conformance/tests/<name>.go.
 type ConformanceTest struct {
 	// ShortName identifies the test; UpperCamelCase; stable once published (reports key on it).
 	ShortName string
+	// FormerNames are ShortNames the test was published under before a rename; --run-test,
+	// --skip-tests and --expect-failures still accept them, with a warning naming ShortName
+	// (ResolveName).
+	FormerNames []string
 	// Description is the rule in one normative sentence ("The EPP MUST ...").
 	Description string
 	// Level is who must follow the rule; it must fit the Profile (EPP ⇒ MUST, Reference ⇒ eppkit).
@@ -145,10 +210,20 @@ func (ct ConformanceTest) Validate() error {
 		}
 	case ProfileEPPRouting:
 		if ct.Level == LevelEppkit {
-			return fmt.Errorf("%s: Level eppkit: eppkit-only rules belong to the Reference profile", ct.ShortName)
+			return fmt.Errorf("%s: Level eppkit: eppkit rules belong to the EPP-Production (claimable) or Reference profile", ct.ShortName)
 		}
 		if len(ct.Features) == 0 {
 			return fmt.Errorf("%s: Features: EPP-Routing tests need at least one feature", ct.ShortName)
+		}
+	case ProfileEPPProduction:
+		if ct.Level == LevelMUST {
+			return fmt.Errorf("%s: Level MUST: protocol rules belong to the EPP profile", ct.ShortName)
+		}
+		if len(ct.Features) == 0 {
+			return fmt.Errorf("%s: Features: EPP-Production tests need at least one feature, so implementations claim them", ct.ShortName)
+		}
+		if !slices.ContainsFunc(ct.Features, func(f Feature) bool { return FeatureProfile(f) == ProfileEPPProduction }) {
+			return fmt.Errorf("%s: Features: an EPP-Production test needs one of the EPP-Production features %v", ct.ShortName, ProductionFeatures)
 		}
 	case ProfileReference:
 	default:
@@ -164,7 +239,28 @@ func (ct ConformanceTest) Validate() error {
 			return fmt.Errorf("%s: Features: unknown feature %q", ct.ShortName, f)
 		}
 	}
+	for _, n := range ct.FormerNames {
+		if !shortNameRE.MatchString(n) || n == ct.ShortName {
+			return fmt.Errorf("%s: FormerNames: %q must be an UpperCamelCase name other than the ShortName", ct.ShortName, n)
+		}
+	}
 	return nil
+}
+
+// ResolveName maps name to the ShortName of the test that has it as ShortName or as one of its
+// FormerNames; renamed is true for a former name. An unknown name comes back unchanged.
+func ResolveName(tests []ConformanceTest, name string) (shortName string, renamed bool) {
+	for _, ct := range tests {
+		if ct.ShortName == name {
+			return name, false
+		}
+	}
+	for _, ct := range tests {
+		if slices.Contains(ct.FormerNames, name) {
+			return ct.ShortName, true
+		}
+	}
+	return name, false
 }
 
 func knownFeature(f Feature) bool {
@@ -191,6 +287,13 @@ func Register(ct ConformanceTest) {
 	defer registryMu.Unlock()
 	if _, dup := registry[ct.ShortName]; dup {
 		panic("conformance.Register: duplicate ShortName " + ct.ShortName)
+	}
+	for _, other := range registry {
+		for _, n := range append([]string{ct.ShortName}, ct.FormerNames...) {
+			if slices.Contains(other.FormerNames, n) || (n != ct.ShortName && n == other.ShortName) {
+				panic("conformance.Register: " + ct.ShortName + ": name " + n + " is also a name of " + other.ShortName)
+			}
+		}
 	}
 	registry[ct.ShortName] = ct
 }

@@ -32,9 +32,11 @@ type Counts struct {
 	// Interrupted counts the Skipped tests that did not run because the run was interrupted or
 	// stopped (TestResult.Interrupted).
 	Interrupted int `json:"interrupted"`
-	// Preconditions counts the Skipped tests that skipped themselves: the target or the
-	// environment lacks what they need (the catalogue's Preconditions).
-	Preconditions int `json:"preconditions"`
+	// NotApplicable counts the Skipped tests that stopped themselves because a precondition is
+	// unmet (the catalogue's Preconditions): the EPP lacks an optional behaviour the rule is
+	// about, or the run lacks what the test needs (harness.NotApplicable). Never a failure; like
+	// any skip it makes the result partial.
+	NotApplicable int `json:"notApplicable"`
 }
 
 // Result is gateway-api's rule over the counts, plus interruption: failure if a test failed,
@@ -54,7 +56,9 @@ func (c Counts) Result() confv1.Result {
 }
 
 // Line is the counts as every writer prints them: "3 passed, 1 failed (1 expected), 2 skipped
-// (1 precondition unmet), 8 not supported".
+// (1 not applicable), 8 not supported". Skipped includes the not-applicable and interrupted
+// tests (the ConformanceReport's skipped statistic); not supported tests are counted nowhere
+// else (gateway-api's NOT_SUPPORTED), on the console, in junit.xml and in the YAML alike.
 func (c Counts) Line() string {
 	failed := fmt.Sprintf("%d failed", c.Failed)
 	if c.ExpectedFailures > 0 {
@@ -62,8 +66,8 @@ func (c Counts) Line() string {
 	}
 	skipped := fmt.Sprintf("%d skipped", c.Skipped)
 	var why []string
-	if c.Preconditions > 0 {
-		why = append(why, fmt.Sprintf("%d precondition unmet", c.Preconditions))
+	if c.NotApplicable > 0 {
+		why = append(why, fmt.Sprintf("%d not applicable", c.NotApplicable))
 	}
 	if c.Interrupted > 0 {
 		why = append(why, fmt.Sprintf("%d not run: interrupted", c.Interrupted))
@@ -88,9 +92,9 @@ func (c *Counts) add(k TestKind) {
 	case KindInterrupted:
 		c.Skipped++
 		c.Interrupted++
-	case KindPrecondition:
+	case KindNotApplicable:
 		c.Skipped++
-		c.Preconditions++
+		c.NotApplicable++
 	default:
 		c.Skipped++
 	}
@@ -104,7 +108,7 @@ const (
 	KindFailed          TestKind = "failed"
 	KindExpectedFailure TestKind = "expected failure" // failed, and listed in --expect-failures
 	KindSkipped         TestKind = "skipped"          // by the selection: --skip-tests, --run-test, --exempt-features
-	KindPrecondition    TestKind = "precondition"     // the test skipped itself: a precondition is unmet
+	KindNotApplicable   TestKind = "not applicable"   // the test stopped itself: a precondition is unmet (named in the message)
 	KindInterrupted     TestKind = "interrupted"      // not run: the run was interrupted or stopped
 	KindNotSupported    TestKind = "not supported"    // its feature is not claimed (counted nowhere)
 )
@@ -141,6 +145,9 @@ type Verdict struct {
 	// Stopped is the harness-level reason the run ended early ("" when it did not): the
 	// interruption, or the target that stopped answering.
 	Stopped string
+
+	// unclaimed are the features of the run's tests that the selection does not claim.
+	unclaimed []Feature
 }
 
 // Profile returns p's verdict (zero when p is not selected).
@@ -166,6 +173,9 @@ type JudgeInput struct {
 	Interrupted bool
 	// TargetDown, when not "", is the diagnosis of a target that stopped answering mid-run.
 	TargetDown string
+	// HarnessError, when not "", is why the harness could not start although the target was
+	// started: no test ran, the exit code is ExitHarness.
+	HarnessError string
 }
 
 // Judge computes every profile's result and the run's exit code from its results. The exit code:
@@ -177,6 +187,11 @@ type JudgeInput struct {
 // Reason names it.
 func Judge(in JudgeInput, results []TestResult) Verdict {
 	v := Verdict{Kinds: map[string]TestKind{}}
+	for _, f := range AllFeatures {
+		if !slices.Contains(in.Selection.SupportedFeatures, f) {
+			v.unclaimed = append(v.unclaimed, f)
+		}
+	}
 	listed := func(name string) bool { return in.Expect != nil && slices.Contains(in.Expect.Tests, name) }
 	for _, r := range results {
 		if !in.Selection.Selected(r.Test) {
@@ -197,7 +212,7 @@ func Judge(in JudgeInput, results []TestResult) Verdict {
 		case in.Selection.SkipReason(r.Test) != "" || r.Message == NotRunMessage:
 			k = KindSkipped
 		default:
-			k = KindPrecondition
+			k = KindNotApplicable
 		}
 		v.Kinds[r.Test.ShortName] = k
 	}
@@ -217,7 +232,7 @@ func Judge(in JudgeInput, results []TestResult) Verdict {
 			} else {
 				pv.Core.add(k)
 			}
-			if k == KindPrecondition {
+			if k == KindNotApplicable {
 				preconditions = append(preconditions, r.Test.ShortName)
 			}
 		}
@@ -233,6 +248,9 @@ func Judge(in JudgeInput, results []TestResult) Verdict {
 	}
 	ran, notRun := Interruption(results)
 	switch {
+	case in.HarnessError != "":
+		v.ExitCode, v.Stopped = ExitHarness, firstLine(in.HarnessError)
+		v.Reason = fmt.Sprintf("%s (%d selected tests did not run)", in.HarnessError, notRun)
 	case in.TargetDown != "" && notRun > 0:
 		v.ExitCode, v.Stopped = ExitHarness, in.TargetDown
 		v.Reason = fmt.Sprintf("%s (%d tests ran, %d did not run)", in.TargetDown, ran, notRun)
@@ -249,7 +267,7 @@ func Judge(in JudgeInput, results []TestResult) Verdict {
 		v.ExitCode = ExitTestFailed
 		v.Reason = fmt.Sprintf("%d conformance test(s) failed", total.Failed)
 	case len(preconditions) > 0:
-		v.Reason = fmt.Sprintf("passed, but %d selected test(s) skipped for an unmet precondition: %s", len(preconditions),
+		v.Reason = fmt.Sprintf("passed, but %d selected test(s) not applicable (a precondition unmet): %s", len(preconditions),
 			strings.Join(preconditions, ", "))
 	}
 	if in.TargetDown != "" && notRun == 0 {
@@ -272,7 +290,10 @@ func Judge(in JudgeInput, results []TestResult) Verdict {
 func ConsoleVerdict(v Verdict, results []TestResult) string {
 	var b strings.Builder
 	for _, pv := range v.Profiles {
-		fmt.Fprintf(&b, "profile %-12s %s\n", pv.Profile, pv.Line())
+		fmt.Fprintf(&b, "profile %-14s %s\n", pv.Profile, pv.Line())
+	}
+	if line := NotSupportedLine(v, results); line != "" {
+		fmt.Fprintln(&b, line)
 	}
 	if line := InterruptionLine(results); line != "" {
 		fmt.Fprintln(&b, line)
@@ -301,4 +322,38 @@ func testLocation(ct ConformanceTest) (string, int) {
 		return "", 0
 	}
 	return f.FileLine(f.Entry())
+}
+
+// NotSupportedLine names the features whose tests did not run because they are not claimed, with
+// how many tests each has: "not supported (features not claimed): LoRAAffinity (1 test),
+// QueueAwareness (2 tests)"; "" when there are none.
+func NotSupportedLine(v Verdict, results []TestResult) string {
+	counts := map[Feature]int{}
+	var order []Feature
+	for _, r := range results {
+		if v.Kind(r) != KindNotSupported {
+			continue
+		}
+		for _, f := range r.Test.Features {
+			if slices.Contains(v.unclaimed, f) {
+				if counts[f] == 0 {
+					order = append(order, f)
+				}
+				counts[f]++
+			}
+		}
+	}
+	if len(order) == 0 {
+		return ""
+	}
+	slices.Sort(order)
+	parts := make([]string, len(order))
+	for i, f := range order {
+		unit := "tests"
+		if counts[f] == 1 {
+			unit = "test"
+		}
+		parts[i] = fmt.Sprintf("%s (%d %s)", f, counts[f], unit)
+	}
+	return "not supported (features not claimed): " + strings.Join(parts, ", ")
 }

@@ -46,7 +46,7 @@ func TestWritersAgree(t *testing.T) {
 	v := Judge(JudgeInput{Selection: meta.Selection, Expect: expect}, res)
 	want := map[Profile]ProfileVerdict{
 		ProfileEPP: {Profile: ProfileEPP, Result: confv1.Partial,
-			Counts: Counts{Passed: 1, Skipped: 2, Preconditions: 1}},
+			Counts: Counts{Passed: 1, Skipped: 2, NotApplicable: 1}},
 		ProfileEPPRouting: {Profile: ProfileEPPRouting, Result: confv1.Failure,
 			Counts: Counts{Passed: 1, Failed: 2, ExpectedFailures: 1, NotSupported: 1}},
 	}
@@ -79,11 +79,11 @@ func TestWritersAgree(t *testing.T) {
 		c := w.Counts
 		t.Run(string(p), func(t *testing.T) {
 			// Console.
-			if !strings.Contains(console, fmt.Sprintf("profile %-12s %s\n", p, w.Line())) {
+			if !strings.Contains(console, fmt.Sprintf("profile %-14s %s\n", p, w.Line())) {
 				t.Errorf("console lacks %q:\n%s", w.Line(), console)
 			}
 			// summary.md: the table row and the section title.
-			row := fmt.Sprintf("| %s | %s | %d | %d | %d | %d | %d |", p, w.Result, c.Passed, c.Failed, c.ExpectedFailures, c.Skipped, c.NotSupported)
+			row := fmt.Sprintf("| %s | %s | %d | %d | %d | %d | %d | %d |", p, w.Result, c.Passed, c.Failed, c.ExpectedFailures, c.Skipped, c.NotApplicable, c.NotSupported)
 			if !strings.Contains(summary, row) || !strings.Contains(summary, "## Profile "+string(p)+": "+w.Line()) {
 				t.Errorf("summary.md lacks %q or the section title:\n%s", row, summary)
 			}
@@ -109,7 +109,9 @@ func TestWritersAgree(t *testing.T) {
 			if got := junit.props["eppkit.profile."+string(p)]; got != w.Line() {
 				t.Errorf("junit property %q, want %q", got, w.Line())
 			}
-			if got := junit.counts[p]; got != (Counts{Passed: c.Passed, Failed: c.Failed, Skipped: c.Skipped, NotSupported: c.NotSupported,
+			// Not-supported tests are no test cases (counted nowhere, as in the YAML); the
+			// property lists them.
+			if got := junit.counts[p]; got != (Counts{Passed: c.Passed, Failed: c.Failed, Skipped: c.Skipped, NotApplicable: c.NotApplicable,
 				ExpectedFailures: c.ExpectedFailures}) {
 				t.Errorf("junit test cases count %+v, want %+v", got, c)
 			}
@@ -167,8 +169,9 @@ func readJUnit(t *testing.T, path string) junitView {
 		case tc.Skipped != nil && strings.HasPrefix(tc.Skipped.Message, "skipped - expected failure"):
 			c.Failed++
 			c.ExpectedFailures++
-		case tc.Skipped != nil && strings.HasPrefix(tc.Skipped.Message, "skipped - not supported:"):
-			c.NotSupported++
+		case tc.Skipped != nil && strings.HasPrefix(tc.Skipped.Message, "skipped - not applicable:"):
+			c.Skipped++
+			c.NotApplicable++
 		case tc.Skipped != nil:
 			c.Skipped++
 		default:
@@ -207,7 +210,7 @@ func TestJudgeExitCodes(t *testing.T) {
 		{"a failure", JudgeInput{Selection: sel}, res, ExitTestFailed, "2 conformance test(s) failed"},
 		{"failures differ from the list", JudgeInput{Selection: sel, Expect: expect}, res, ExitTestFailed, "failed but not expected: LoRA"},
 		{"exactly the listed failures", JudgeInput{Selection: sel, Expect: &ExpectedFailures{Path: "e", Tests: []string{"KV", "LoRA"}}}, res,
-			ExitPassed, "skipped for an unmet precondition: NeedsAliases"},
+			ExitPassed, "not applicable (a precondition unmet): NeedsAliases"},
 		{"interrupted after a failure", JudgeInput{Selection: sel, Interrupted: true}, res, ExitHarness, "interrupted"},
 		{"target stopped", JudgeInput{Selection: sel, TargetDown: down}, cut, ExitHarness, "stopped answering"},
 		{"target stopped, with the list", JudgeInput{Selection: sel, Expect: both, TargetDown: down}, cut, ExitHarness, "1 did not run"},

@@ -13,6 +13,8 @@ import (
 
 	"github.com/onsi/ginkgo/v2/reporters"
 	"github.com/onsi/ginkgo/v2/types"
+
+	"github.com/eppkit/eppkit/conformance/harness"
 )
 
 // Labels returns a test's Ginkgo labels: its profile, its features and its level (DESIGN.md
@@ -32,8 +34,11 @@ func Labels(ct ConformanceTest) []string {
 // JUnitReport converts run results to a Ginkgo report (one spec per test, container = profile)
 // so Ginkgo's own JUnit reporter writes the XML. The verdict decides each spec's state: a
 // failure listed in --expect-failures is skipped with "expected failure: <message>", so a JUnit
-// gate agrees with the exit code; a test whose feature is not claimed is skipped with "not
-// supported: <reason>". Failures carry the test's source location (its Run function) and time.
+// gate agrees with the exit code; a not-applicable test is skipped with its "not applicable:
+// precondition not met: …" message; a test whose feature is not claimed is left out (counted
+// nowhere, as in the ConformanceReport; JUnitVerdictProperties lists it), so junit.xml's skipped
+// count is the reports' skipped count plus the expected failures. Failures carry the test's
+// source location (its Run function) and time.
 func JUnitReport(results []TestResult, start time.Time, description string, v Verdict) types.Report {
 	rep := types.Report{
 		SuitePath:        "github.com/eppkit/eppkit/conformance",
@@ -44,6 +49,12 @@ func JUnitReport(results []TestResult, start time.Time, description string, v Ve
 	}
 	rep.RunTime = rep.EndTime.Sub(start)
 	for _, r := range results {
+		if v.Kind(r) == KindNotSupported {
+			// Counted nowhere, as in the ConformanceReport: JUnit has no state for a test whose
+			// feature is not claimed, and a skipped case would count it as skipped. The
+			// eppkit.notSupported property lists them.
+			continue
+		}
 		file, line := testLocation(r.Test)
 		sr := types.SpecReport{
 			ContainerHierarchyTexts: []string{string(r.Test.Profile)},
@@ -70,9 +81,9 @@ func JUnitReport(results []TestResult, start time.Time, description string, v Ve
 		case KindExpectedFailure:
 			sr.State = types.SpecStateSkipped
 			sr.Failure = failure("expected failure (--expect-failures): " + r.Message)
-		case KindNotSupported:
+		case KindNotApplicable:
 			sr.State, sr.NumAttempts = types.SpecStateSkipped, 0
-			sr.Failure = failure("not supported: " + r.Message)
+			sr.Failure = failure(harness.NotApplicableReason(r.Message))
 		default:
 			sr.State, sr.NumAttempts = types.SpecStateSkipped, 0
 			sr.Failure = failure(r.Message)
@@ -92,13 +103,22 @@ func JUnitReport(results []TestResult, start time.Time, description string, v Ve
 }
 
 // JUnitVerdictProperties are the suite properties WriteReports adds to Ginkgo's junit.xml:
-// "eppkit.exitCode", "eppkit.verdict", and per profile "eppkit.profile.<name>" = its Line
-// ("partial: 3 passed, 0 failed, 1 skipped, 8 not supported").
+// "eppkit.exitCode", "eppkit.verdict", per profile "eppkit.profile.<name>" = its Line
+// ("partial: 3 passed, 0 failed, 1 skipped (1 not applicable), 8 not supported"), and
+// "eppkit.notSupported", the tests left out because their feature is not claimed (comma list).
 func JUnitVerdictProperties(v Verdict) []reporters.JUnitProperty {
 	props := []reporters.JUnitProperty{{Name: "eppkit.exitCode", Value: strconv.Itoa(v.ExitCode)}, {Name: "eppkit.verdict", Value: v.Line()}}
 	for _, pv := range v.Profiles {
 		props = append(props, reporters.JUnitProperty{Name: "eppkit.profile." + string(pv.Profile), Value: pv.Line()})
 	}
+	var unsupported []string
+	for name, k := range v.Kinds {
+		if k == KindNotSupported {
+			unsupported = append(unsupported, name)
+		}
+	}
+	slices.Sort(unsupported)
+	props = append(props, reporters.JUnitProperty{Name: "eppkit.notSupported", Value: strings.Join(unsupported, ",")})
 	return props
 }
 
@@ -150,10 +170,10 @@ func Summary(meta ReportMeta, results []TestResult, v Verdict) string {
 	if line := InterruptionLine(results); line != "" {
 		fmt.Fprintf(&b, "- **%s** (listed below as skipped: %s)\n", line, InterruptedMessage)
 	}
-	b.WriteString("\n| Profile | Result | Passed | Failed | Expected failures | Skipped | Not supported |\n|---|---|---|---|---|---|---|\n")
+	b.WriteString("\n| Profile | Result | Passed | Failed | Expected failures | Skipped | Of them not applicable | Not supported |\n|---|---|---|---|---|---|---|---|\n")
 	for _, pv := range v.Profiles {
 		c := pv.Counts
-		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d |\n", pv.Profile, pv.Result, c.Passed, c.Failed, c.ExpectedFailures, c.Skipped, c.NotSupported)
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d | %d |\n", pv.Profile, pv.Result, c.Passed, c.Failed, c.ExpectedFailures, c.Skipped, c.NotApplicable, c.NotSupported)
 	}
 	sections := []struct {
 		title string
@@ -162,7 +182,8 @@ func Summary(meta ReportMeta, results []TestResult, v Verdict) string {
 		{"Failed", []TestKind{KindFailed}},
 		{"Failed as expected (--expect-failures)", []TestKind{KindExpectedFailure}},
 		{"Passed", []TestKind{KindPassed}},
-		{"Skipped", []TestKind{KindSkipped, KindPrecondition, KindInterrupted}},
+		{"Skipped", []TestKind{KindSkipped, KindInterrupted}},
+		{"Not applicable (a precondition unmet)", []TestKind{KindNotApplicable}},
 		{"Not supported (feature not claimed)", []TestKind{KindNotSupported}},
 	}
 	for _, pv := range v.Profiles {
@@ -220,6 +241,9 @@ func InterruptionLine(results []TestResult) string {
 	why := "INTERRUPTED (Ctrl-C or SIGTERM)"
 	if slices.ContainsFunc(results, func(r TestResult) bool { return r.Message == TargetStoppedMessage }) {
 		why = "STOPPED (the target stopped answering)"
+	}
+	if slices.ContainsFunc(results, func(r TestResult) bool { return r.Message == HarnessNotStartedMessage }) {
+		why = "NOT STARTED (the harness could not start)"
 	}
 	return fmt.Sprintf("run %s: %d tests ran, %d did not run; the results cover only the tests that ran", why, ran, notRun)
 }
@@ -291,7 +315,7 @@ func Catalogue(tests []ConformanceTest) string {
 	var b strings.Builder
 	b.WriteString("# eppkit conformance catalogue\n\n")
 	b.WriteString("Generated by `eppkit conformance catalogue` from the test registry; do not edit by hand.\n")
-	fmt.Fprintf(&b, "Spec %s. Judged against: the protocol of %s, and the behaviour of %s. Levels: **MUST** (every EPP: the protocol text; core `EPP` profile), **upstream** (%s behaviour, tested only under a claimed feature; where GIE v1.5.0's EPP differed, the Source says how), **eppkit** (eppkit's own rules, tested only in eppkit's profiles or under a claimed feature).\n",
+	fmt.Fprintf(&b, "Spec %s. Judged against: the protocol of %s, and the behaviour of %s. Levels: **MUST** (every EPP: the protocol text; core `EPP` profile), **upstream** (%s behaviour, tested only under a claimed feature; where GIE v1.5.0's EPP differed, the Source says how), **eppkit** (eppkit's rules: production rules in `EPP-Production` under a claimed feature, the reference's own design in `Reference`). A test that stops itself for an unmet precondition is reported not applicable.\n",
 		SpecVersion, EPPProtocol, UpstreamEPP, UpstreamEPP)
 	for _, p := range Profiles {
 		var in []ConformanceTest
@@ -314,6 +338,9 @@ func Catalogue(tests []ConformanceTest) string {
 			name := ct.ShortName
 			if ct.Provisional {
 				name += " (provisional)"
+			}
+			if len(ct.FormerNames) > 0 {
+				name += " (formerly " + strings.Join(ct.FormerNames, ", ") + ")"
 			}
 			pre := "—"
 			if len(ct.Preconditions) > 0 {

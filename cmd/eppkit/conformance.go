@@ -62,7 +62,7 @@ func newConformanceCommand() *cobra.Command {
 	fl.StringVar(&o.TargetTLS, "target-tls", "plaintext", "TLS to the target: plaintext, insecure (any certificate) or ca:<file>")
 	fl.StringVar(&o.TargetHealthTLS, "target-health-tls", "", "TLS to the target's gRPC health port, as --target-tls (default: the same as --target-tls; the upstream EPP serves health in plaintext even with TLS on)")
 	fl.StringVar(&o.ExpectFailures, "expect-failures", "", "file of test ShortNames expected to fail (one a line, # comments): exit 0 only if exactly these fail")
-	fl.StringVar(&o.ReadinessProbe, "readiness-probe", "body", "the harness's first pick before the tests: body (a chat completion) or headers-only (GET /v1/models, for an EPP whose body exchange is broken)")
+	fl.StringVar(&o.ReadinessProbe, "readiness-probe", "body", "the request the readiness wait probes the EPP with: body (a chat completion) or headers-only (GET /v1/models); readiness needs only an answer")
 	fl.StringVar(&o.PublishDir, "publish-dir", "", "also write the GIE publication layout under this directory (GIE's conformance/reports; requires the implementation flags)")
 	fl.StringVar(&o.ResultsFile, "results-file", "", "also write the run's machine-readable results (JSON, conformance.Results) to this file, whatever the run's end")
 	fl.StringVar(&o.ConfigFile, "config-file", "", "EndpointPickerConfig file given to the target as {{.ConfigFile}} (reference: --config-file)")

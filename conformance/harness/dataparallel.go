@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"path/filepath"
 	"strconv"
@@ -142,7 +143,7 @@ func (s *Suite) StartVariantPool(t TestingT, v FleetVariant) *Suite {
 	child := &Suite{Timeouts: s.Timeouts, Seed: s.Seed, Gateway: sp.gateway, Fleet: sp.fleet, ModelName: s.ModelName,
 		TargetAddress: sp.targetAddress, TargetTLS: s.TargetTLS, HealthAddress: sp.healthAddress, HealthTLS: s.HealthTLS,
 		MetricsAddress: sp.metricsAddress, TargetName: s.TargetName + " (" + v.Name + " pool)", Source: sp.env,
-		target: sp.target, targetStarted: true}
+		target: sp.target, targetStarted: true, Stalls: s.Stalls}
 	child.cfg = s.cfg
 	child.cfg.EndpointDial = nil
 	child.LoRAAdapters = make([][]string, len(sp.fleet.Members()))
@@ -244,14 +245,20 @@ func (s *Suite) startSidePool(t TestingT, label string, pods int, base vllm.Conf
 	t.Cleanup(func() { _ = target.Stop(s.Timeouts.TargetStop.D()) })
 	// The run's readiness probe (--readiness-probe), so an EPP readied headers-only fails each
 	// side-pool test on its own exchanges rather than at readiness.
-	probe := ReadyProbe{ExtProc: s.TargetTLS, Health: s.HealthTLS, HeadersOnly: s.cfg.ReadinessHeadersOnly}
+	probe := ReadyProbe{ExtProc: s.TargetTLS, Health: s.HealthTLS, HeadersOnly: s.cfg.ReadinessHeadersOnly, Stalls: s.Stalls}
 	if err := WaitReady(ctx, target, addrs, probe, s.ModelName, sp.endpoints,
 		s.Timeouts.TargetReady.D(), s.Timeouts.Poll.D()*4); err != nil {
 		t.Fatalf("the %s pool's EPP: %v", label, err)
 	}
 	sp.target, sp.targetAddress, sp.healthAddress, sp.metricsAddress = target, addrs.GRPC, addrs.Health, addrs.Metrics
+	// Another instance of the same EPP program: it shares the run's stall watch, so a stream
+	// the run found broken fails the side pool's requests as fast as the main pool's.
+	log := s.cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	sp.gateway, err = gateway.New(gateway.Config{EPPAddress: addrs.GRPC, EPPTLS: s.TargetTLS, Mode: gateway.ModeStrict,
-		Endpoints: sp.endpoints, MessageTimeout: s.Timeouts.Request.D()})
+		Endpoints: sp.endpoints, MessageTimeout: s.Timeouts.Request.D(), Stalls: s.Stalls, Logger: slog.New(errorsOnly{log.Handler()})})
 	if err != nil {
 		t.Fatalf("gateway for the %s pool: %v", label, err)
 	}

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 )
@@ -14,16 +15,32 @@ var ErrUnsupported = errors.New("not supported by this endpoint source or target
 // the test (Fatalf, with fn's last error and the attempt count) if that does not happen within
 // timeout. Any error resets the run of successes: this is the anti-flake primitive (a condition
 // holds only after N consecutive successes inside a bound). consecutive < 1 is treated as 1.
+//
+// Once the run knows the EPP's answers are broken (Suite.BrokenCause), the first failed attempt
+// fails the test at once with fn's error and the cause, instead of polling until timeout.
 func MustEventually(t TestingT, s *Suite, timeout time.Duration, consecutive int, fn func() error) {
 	t.Helper()
-	if err := Eventually(timeout, s.Timeouts.Poll.D(), consecutive, fn); err != nil {
+	if err := eventually(timeout, s.Timeouts.Poll.D(), consecutive, fn, s.BrokenCause); err != nil {
 		t.Fatalf("%v", err)
 	}
+}
+
+// Eventually is Eventually bounded by the run's poll interval that, like MustEventually, stops at
+// the first failed attempt once the run knows the EPP's answers are broken (BrokenCause): for
+// waits whose failure a test only logs (awaiting the EPP's view of pinned metrics, cleanups).
+func (s *Suite) Eventually(timeout time.Duration, consecutive int, fn func() error) error {
+	return eventually(timeout, s.Timeouts.Poll.D(), consecutive, fn, s.BrokenCause)
 }
 
 // Eventually is MustEventually without a test: nil once fn succeeded `consecutive` times in a row,
 // else an error saying how many attempts ran, the longest run of successes and fn's last error.
 func Eventually(timeout, poll time.Duration, consecutive int, fn func() error) error {
+	return eventually(timeout, poll, consecutive, fn, nil)
+}
+
+// eventually is Eventually that, after a failed attempt, stops at once when broken (nil = never)
+// names a cause.
+func eventually(timeout, poll time.Duration, consecutive int, fn func() error, broken func() string) error {
 	if consecutive < 1 {
 		consecutive = 1
 	}
@@ -37,6 +54,11 @@ func Eventually(timeout, poll time.Duration, consecutive int, fn func() error) e
 		attempts++
 		if err := fn(); err != nil {
 			run, last = 0, err
+			if broken != nil {
+				if cause := broken(); cause != "" {
+					return fmt.Errorf("%w (gave up after %d attempts, not waiting the %v bound: %s)", err, attempts, timeout, cause)
+				}
+			}
 		} else {
 			run++
 			best = max(best, run)

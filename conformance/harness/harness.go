@@ -43,7 +43,7 @@ type Config struct {
 	// as kubelet gRPC probes expect.
 	HealthTLS    *tls.Config
 	HealthTLSSet bool
-	// ReadinessHeadersOnly makes the readiness probe's first pick a request without a body
+	// ReadinessHeadersOnly makes the readiness probe a request without a body
 	// (--readiness-probe headers-only), so an EPP that breaks the FULL_DUPLEX_STREAMED body
 	// exchange still gets its tests run (and failed) one by one.
 	ReadinessHeadersOnly bool
@@ -94,6 +94,9 @@ type Config struct {
 type Error struct {
 	// Stage is "fleet", "endpoint source", "target" or "readiness".
 	Stage string
+	// TargetStarted is true when the target was started before the failure (readiness and
+	// later): the run then writes its reports, every test not run.
+	TargetStarted bool
 	// Err is the cause; for a command target it includes the tail of the target's log.
 	Err error
 }
@@ -104,7 +107,8 @@ func (e *Error) Error() string { return e.Stage + ": " + e.Err.Error() }
 func (e *Error) Unwrap() error { return e.Err }
 
 // Start starts the fake fleet, the endpoint source and the target, waits until the target
-// is ready (gRPC health SERVING and a first pick inside the pool), and returns the Suite. Close
+// is ready (gRPC health SERVING and an ext_proc stream that answers: WaitReadyRecord; what it saw
+// is Suite.Readiness), and returns the Suite. Close
 // it with Suite.Close. Errors are *Error.
 func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 	if cfg.Target == nil || cfg.Source == nil {
@@ -134,7 +138,8 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 			cfg.EndpointDial = fs.DialEndpoint
 		}
 	}
-	s = &Suite{Timeouts: cfg.Timeouts, Seed: cfg.Seed, ModelName: cfg.ModelName, TargetTLS: cfg.TargetTLS, cfg: cfg}
+	s = &Suite{Timeouts: cfg.Timeouts, Seed: cfg.Seed, ModelName: cfg.ModelName, TargetTLS: cfg.TargetTLS, cfg: cfg,
+		Stalls: extprocclient.NewStallWatch(extprocclient.DefaultStallThreshold, extprocclient.DefaultStallShort)}
 	s.TargetName, s.target, s.source = cfg.Target.Name(), cfg.Target, cfg.Source
 	defer func() {
 		if err != nil {
@@ -225,7 +230,7 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 	log.Info("starting target", "target", cfg.Target.Name())
 	addrs, err := cfg.Target.Start(ctx, env)
 	if err != nil {
-		return s, &Error{Stage: "target " + cfg.Target.Name(), Err: err}
+		return s, &Error{Stage: "target " + cfg.Target.Name(), Err: err, TargetStarted: true}
 	}
 	s.targetStarted = true
 	s.TargetAddress, s.HealthAddress, s.MetricsAddress = addrs.GRPC, addrs.Health, addrs.Metrics
@@ -236,14 +241,14 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 	}
 	log.Info("waiting for the target", "grpc", addrs.GRPC, "health", addrs.Health)
 	start := time.Now()
-	probe := ReadyProbe{ExtProc: cfg.TargetTLS, Health: s.HealthTLS, HeadersOnly: cfg.ReadinessHeadersOnly}
+	probe := ReadyProbe{ExtProc: cfg.TargetTLS, Health: s.HealthTLS, HeadersOnly: cfg.ReadinessHeadersOnly, Stalls: s.Stalls}
 	if addrs.AlreadyRunning {
 		// An already running EPP accepts connections at once; a spawned one may need the full
 		// targetReady to bind, so only an EPP the harness did not start fails fast on refusals.
 		probe.RefusedGrace = cfg.Timeouts.TargetRefused.D()
 	}
-	if err := WaitReady(ctx, cfg.Target, addrs, probe, cfg.ModelName, s.Endpoints(),
-		cfg.Timeouts.TargetReady.D(), cfg.Timeouts.Poll.D()*4); err != nil {
+	s.Readiness, err = WaitReadyRecord(ctx, cfg.Target, addrs, probe, cfg.ModelName, cfg.Timeouts.TargetReady.D(), cfg.Timeouts.Poll.D()*4)
+	if err != nil {
 		if rh, ok := cfg.Target.(ReadinessHinter); ok {
 			if hint := rh.ReadinessHint(); hint != "" {
 				err = fmt.Errorf("%w\n%s", err, hint)
@@ -254,15 +259,16 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 				err = fmt.Errorf("%w\n--- last lines of the target log (%s) ---\n%s", err, lt.LogPath(), tail)
 			}
 		}
-		return s, &Error{Stage: "readiness", Err: err}
+		return s, &Error{Stage: "readiness", Err: err, TargetStarted: true}
 	}
 	log.Info("target ready", "after", time.Since(start).Round(time.Millisecond))
 
 	// The fake gateway in strict mode: every request must get a valid pick from the target.
 	s.Gateway, err = gateway.New(gateway.Config{EPPAddress: addrs.GRPC, EPPTLS: cfg.TargetTLS, Mode: gateway.ModeStrict,
-		Endpoints: s.Endpoints(), MessageTimeout: cfg.Timeouts.Request.D(), Logger: log, Dial: cfg.EndpointDial})
+		Endpoints: s.Endpoints(), MessageTimeout: cfg.Timeouts.Request.D(), Logger: slog.New(errorsOnly{log.Handler()}), Dial: cfg.EndpointDial,
+		Stalls: s.Stalls})
 	if err != nil {
-		return s, &Error{Stage: "gateway", Err: err}
+		return s, &Error{Stage: "gateway", Err: err, TargetStarted: true}
 	}
 	return s, nil
 }
@@ -275,6 +281,7 @@ func (s *Suite) ExtProc(t TestingT) *extprocclient.Client {
 		t.Fatalf("dial the target's ext_proc at %s: %v", s.TargetAddress, err)
 	}
 	c.MessageTimeout = s.Timeouts.Request.D()
+	c.Stalls = s.Stalls
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }

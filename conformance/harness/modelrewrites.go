@@ -16,6 +16,33 @@ const (
 	ModelRewriteAlias = "eppkit-conformance-alias"
 )
 
+// ModelRewritesFile is the format of the {{.ModelRewritesFile}} a command target receives: YAML,
+// the spec of GIE's InferenceModelRewrite (v1alpha2) without its poolRef, i.e. its rules. Each
+// rule maps requests whose body's model matches one of Matches to one of Targets, chosen per
+// request by weight (share = weight / Σ weights); the EPP rewrites the body's model to the target
+// (SPEC §9.4). docs/contracts.md shows the file every run writes; ModelRewritesYAML renders it.
+type ModelRewritesFile struct {
+	// Rules are tried in order; the first whose match holds applies.
+	Rules []ModelRewriteRule `json:"rules"`
+}
+
+// ModelRewriteRule is one rule of a ModelRewritesFile.
+type ModelRewriteRule struct {
+	// Matches: the rule applies when any match holds.
+	Matches []ModelRewriteMatch `json:"matches"`
+	// Targets are the weighted target models.
+	Targets []RewriteTarget `json:"targets"`
+}
+
+// ModelRewriteMatch matches the request body's model.
+type ModelRewriteMatch struct {
+	// Model is the model match: Type "Exact" (the only type the conformance file uses) and Value.
+	Model struct {
+		Type  string `json:"type"`
+		Value string `json:"value"`
+	} `json:"model"`
+}
+
 // RewriteTarget is one weighted target model of the conformance rewrite.
 type RewriteTarget struct {
 	// Model is the target model name: a LoRA adapter the fleet serves.

@@ -26,3 +26,21 @@ func TestModelRewritesYAML(t *testing.T) {
 		t.Fatalf("ModelRewritesYAML parsed to %+v", doc)
 	}
 }
+
+// TestModelRewritesFileType: the file every run writes decodes strictly into ModelRewritesFile
+// (the documented Go type) and says what the conformance rewrite says.
+func TestModelRewritesFileType(t *testing.T) {
+	var f ModelRewritesFile
+	if err := yaml.UnmarshalStrict(ModelRewritesYAML(), &f); err != nil {
+		t.Fatalf("ModelRewritesYAML does not decode strictly into ModelRewritesFile: %v\n%s", err, ModelRewritesYAML())
+	}
+	if len(f.Rules) != 1 || len(f.Rules[0].Matches) != 1 || f.Rules[0].Matches[0].Model.Type != "Exact" ||
+		f.Rules[0].Matches[0].Model.Value != ModelRewriteAlias || len(f.Rules[0].Targets) != len(ModelRewriteTargets()) {
+		t.Fatalf("decoded %+v", f)
+	}
+	for i, want := range ModelRewriteTargets() {
+		if f.Rules[0].Targets[i] != want {
+			t.Errorf("target %d: %+v, want %+v", i, f.Rules[0].Targets[i], want)
+		}
+	}
+}

@@ -133,9 +133,12 @@ func ProbePick(ctx context.Context, addr string, tlsCfg *tls.Config, model strin
 type ReadyProbe struct {
 	// ExtProc dials the target's ext_proc address, Health its gRPC health address; nil = plaintext.
 	ExtProc, Health *tls.Config
-	// HeadersOnly makes the first pick a request without a body (see ProbePick), for EPPs whose
+	// HeadersOnly makes the probe a request without a body (see ProbePick), for EPPs whose
 	// body handling is itself under test.
 	HeadersOnly bool
+	// Stalls, when set, learns from the probes which ext_proc phase the EPP leaves unanswered
+	// (the run's StallWatch), so the first test need not wait the full timeout to find out.
+	Stalls *extprocclient.StallWatch
 	// RefusedGrace, when > 0, makes WaitReady give up early with a *NotListeningError once every
 	// TCP connection to the target's health or ext_proc address has been refused for this long
 	// without a break: nothing listens there (an address target whose EPP is not running). A
@@ -219,12 +222,118 @@ func (w *refusalWatch) check(ctx context.Context) error {
 	return nil
 }
 
-// WaitReady polls until the target's gRPC health answers SERVING and a probe request gets a pick
-// inside pool, or timeout passes, or the target exits (the error then says so), or, with
-// tlsCfg.RefusedGrace, nothing listens at its addresses (a *NotListeningError).
-func WaitReady(ctx context.Context, t Target, addrs TargetAddrs, tlsCfg ReadyProbe, model string, pool []string, timeout, poll time.Duration) error {
+// Readiness is what the harness saw while it waited for the target: when its readiness health
+// service first answered SERVING, how it answered the probes after that, and the probe that made
+// it ready. The MUST test EPPReadyRoutes judges it; the readiness wait itself judges nothing
+// about the pick.
+type Readiness struct {
+	// ServingAt is when a Check of a protocol readiness name (ReadinessServiceNames) first
+	// answered SERVING (zero if never: the harness was satisfied by another name).
+	ServingAt time.Time
+	// ReadyAt is when a probe stream answered with something other than a 503 refusal.
+	ReadyAt time.Time
+	// Refusals counts the probes refused with ImmediateResponse 503 after ServingAt;
+	// FirstRefusal is the first one's body.
+	Refusals     int
+	FirstRefusal string
+	// Probe is the probe's answer at ReadyAt (a pick in any form, a refusal other than 503, or
+	// nothing but the headers answered); ProbeErr the error that came with it ("" if none).
+	Probe    *extprocclient.Decision
+	ProbeErr string
+}
+
+// Gap is how long the EPP refused requests with 503 after its health first answered SERVING.
+func (r *Readiness) Gap() time.Duration {
+	if r == nil || r.Refusals == 0 || r.ServingAt.IsZero() || r.ReadyAt.IsZero() {
+		return 0
+	}
+	return r.ReadyAt.Sub(r.ServingAt)
+}
+
+// ReadinessServiceNames are the health names GIE proposal 004 gives the readiness criteria
+// ("Returns SERVING if the EPP datastore has synced"): readiness and the ext_proc service.
+var ReadinessServiceNames = []string{"readiness", "envoy.service.ext_proc.v3.ExternalProcessor"}
+
+// readinessServing reports whether one of ReadinessServiceNames answers SERVING at addr.
+func readinessServing(ctx context.Context, addr string, tlsCfg *tls.Config) bool {
+	creds := insecure.NewCredentials()
+	if tlsCfg != nil {
+		creds = credentials.NewTLS(tlsCfg)
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	hc := healthpb.NewHealthClient(conn)
+	for _, name := range ReadinessServiceNames {
+		if resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: name}); err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			return true
+		}
+	}
+	return false
+}
+
+// probeStream sends one chat completion (headersOnly: a GET /v1/models without a body) through a
+// fresh ext_proc stream and returns what came back. answered is true when the EPP answered any
+// message of it (the request_headers message, a body chunk, an ImmediateResponse).
+func probeStream(ctx context.Context, addr string, tlsCfg *tls.Config, model string, timeout time.Duration, headersOnly bool, stalls *extprocclient.StallWatch) (d *extprocclient.Decision, answered bool, err error) {
+	c, err := extprocclient.Dial(addr, tlsCfg)
+	if err != nil {
+		return nil, false, err
+	}
+	defer c.Close()
+	c.MessageTimeout = timeout
+	c.Stalls = stalls
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	st, err := c.Open(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	defer st.Close()
+	body, _ := json.Marshal(map[string]any{
+		"model":      model,
+		"messages":   []map[string]string{{"role": "user", "content": "eppkit readiness probe"}},
+		"max_tokens": 1,
+	})
+	req := extprocclient.Request{
+		Headers: extprocclient.RequestHeaders("POST", "/v1/chat/completions", "eppkit", body, nil),
+		Body:    body,
+	}
+	if headersOnly {
+		req = extprocclient.Request{Headers: extprocclient.RequestHeaders("GET", "/v1/models", "eppkit", nil, nil)}
+	}
+	d, err = st.Exchange(ctx, req)
+	return d, d != nil && len(d.Responses) > 0, err
+}
+
+// WaitReady polls until the target's gRPC health answers SERVING and a probe stream answers
+// (WaitReadyRecord), or timeout passes, or the target exits, or, with tlsCfg.RefusedGrace,
+// nothing listens at its addresses (a *NotListeningError).
+func WaitReady(ctx context.Context, t Target, addrs TargetAddrs, tlsCfg ReadyProbe, model string, pool []string, timeout, poll time.Duration) error {
+	_, err := WaitReadyRecord(ctx, t, addrs, tlsCfg, model, timeout, poll)
+	return err
+}
+
+// mismatchGrace is how long WaitReady lets a connection mistake that waiting cannot fix (TLS
+// against plaintext, an HTTP/1 server, a server without ext_proc) persist before it gives up.
+const mismatchGrace = 3 * time.Second
+
+// WaitReadyRecord polls until the target is ready and returns what it saw. Ready means only that
+// the EPP answers: its gRPC health says SERVING for one of HealthServiceNames, and an ext_proc
+// stream answers a probe request with anything but an ImmediateResponse 503 (an EPP still
+// learning its pool refuses with 503; it is waited for, and the refusals after SERVING are
+// recorded for EPPReadyRoutes). What the answer holds — a pick in the header or the metadata, in
+// the right form, the body streamed back — is judged by the MUST tests, not here. It gives up
+// when timeout passes (the error names the stage and, for connection failures, the mistake:
+// DiagnoseConnection), when the target exits, when every health Check is Unimplemented for
+// unimplementedGrace, when a connection mistake persists for mismatchGrace, or, with
+// tlsCfg.RefusedGrace, when nothing listens (a *NotListeningError).
+func WaitReadyRecord(ctx context.Context, t Target, addrs TargetAddrs, tlsCfg ReadyProbe, model string, timeout, poll time.Duration) (*Readiness, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	rec := &Readiness{}
 	var last error
 	stage := "gRPC health SERVING"
 	var unimplSince time.Time // when an unbroken run of all-Unimplemented health answers began
@@ -232,17 +341,34 @@ func WaitReady(ctx context.Context, t Target, addrs TargetAddrs, tlsCfg ReadyPro
 	if tlsCfg.RefusedGrace > 0 {
 		refused = newRefusalWatch(addrs, tlsCfg.RefusedGrace)
 	}
+	var mistake *ConnectionError
+	var mistakeSince, lastDiag time.Time
+	diagnose := func(addr string, tc *tls.Config, role, flag string, extProc bool) {
+		if time.Since(lastDiag) < time.Second {
+			return
+		}
+		lastDiag = time.Now()
+		dctx, dcancel := context.WithTimeout(ctx, 3*time.Second)
+		defer dcancel()
+		found := DiagnoseConnection(dctx, addr, tc, role, flag, extProc, time.Second)
+		switch {
+		case found == nil || found.Kind == ConnRefused:
+			mistake, mistakeSince = found, time.Time{}
+		case mistake == nil || mistake.Kind != found.Kind:
+			mistake, mistakeSince = found, time.Now()
+		}
+	}
 	for {
 		select {
 		case <-t.Exited():
-			return fmt.Errorf("target %s exited while waiting for %s: %v", t.Name(), stage, t.ExitErr())
+			return rec, fmt.Errorf("target %s exited while waiting for %s: %v", t.Name(), stage, t.ExitErr())
 		default:
 		}
 		attempt, acancel := context.WithTimeout(ctx, 2*time.Second)
 		if refused != nil {
 			if err := refused.check(attempt); err != nil {
 				acancel()
-				return err
+				return rec, err
 			}
 		}
 		if err := CheckHealth(attempt, addrs.Health, tlsCfg.Health); err != nil {
@@ -252,34 +378,82 @@ func WaitReady(ctx context.Context, t Target, addrs TargetAddrs, tlsCfg ReadyPro
 			switch {
 			case !errors.As(err, &unimpl):
 				unimplSince = time.Time{}
+				if looksLikeTransport(err) || strings.Contains(err.Error(), "tls") || strings.Contains(err.Error(), "preface") {
+					diagnose(addrs.Health, tlsCfg.Health, "gRPC health", healthFlag(addrs), false)
+				}
 			case unimplSince.IsZero():
 				unimplSince = time.Now()
 			case time.Since(unimplSince) >= unimplementedGrace:
 				acancel()
-				return fmt.Errorf("target %s serves no gRPC health service at %s: every Check answered Unimplemented for %s: %w",
+				return rec, fmt.Errorf("target %s serves no gRPC health service at %s: every Check answered Unimplemented for %s: %w",
 					t.Name(), addrs.Health, time.Since(unimplSince).Round(100*time.Millisecond), err)
 			}
 		} else {
-			stage = "a first successful pick"
-			if _, err := ProbePick(attempt, addrs.GRPC, tlsCfg.ExtProc, model, pool, 2*time.Second, tlsCfg.HeadersOnly); err != nil {
-				last = err
-			} else {
+			if rec.ServingAt.IsZero() && readinessServing(attempt, addrs.Health, tlsCfg.Health) {
+				rec.ServingAt = time.Now()
+			}
+			stage = "an ext_proc stream that answers"
+			d, answered, err := probeStream(attempt, addrs.GRPC, tlsCfg.ExtProc, model, 2*time.Second, tlsCfg.HeadersOnly, tlsCfg.Stalls)
+			switch {
+			case answered && d.Immediate != nil && d.Immediate.Status == 503:
+				if !rec.ServingAt.IsZero() {
+					rec.Refusals++
+				}
+				if rec.FirstRefusal == "" && !rec.ServingAt.IsZero() {
+					rec.FirstRefusal = strings.TrimSpace(string(d.Immediate.Body))
+				}
+				last = fmt.Errorf("health answers SERVING, but the EPP refused the probe request with ImmediateResponse 503: %s",
+					strings.TrimSpace(string(d.Immediate.Body)))
+				stage = "an ext_proc stream that answers with anything but 503 (health answers SERVING)"
+			case answered:
 				acancel()
-				return nil
+				rec.ReadyAt, rec.Probe = time.Now(), d
+				if err != nil {
+					rec.ProbeErr = err.Error()
+				}
+				return rec, nil
+			default:
+				last = err
+				if last == nil {
+					last = errors.New("the probe stream got no answer")
+				}
+				if isExtProcUnimplemented(err) {
+					diagnose(addrs.GRPC, tlsCfg.ExtProc, "ext_proc", "--target-tls", true)
+					if mistake == nil || mistake.Kind != ConnNoExtProc {
+						mistake, mistakeSince = &ConnectionError{Addr: addrs.GRPC, Role: "ext_proc", Kind: ConnNoExtProc,
+							Detail: status.Convert(errors.Unwrap(err)).Message(), Flag: "--target-tls"}, time.Now()
+					}
+				} else if looksLikeTransport(err) || strings.Contains(err.Error(), "tls") || strings.Contains(err.Error(), "preface") {
+					diagnose(addrs.GRPC, tlsCfg.ExtProc, "ext_proc", "--target-tls", true)
+				}
 			}
 		}
 		acancel()
+		if mistake != nil && mistake.Kind != ConnRefused && !mistakeSince.IsZero() && time.Since(mistakeSince) >= mismatchGrace {
+			return rec, fmt.Errorf("target %s not ready (waiting for %s): %w (last error: %v)", t.Name(), stage, mistake, last)
+		}
 		select {
 		case <-ctx.Done():
+			if mistake != nil {
+				return rec, fmt.Errorf("target %s not ready within %s (waiting for %s): %w (last error: %v)", t.Name(), timeout, stage, mistake, last)
+			}
 			hint := tlsHint(last, tlsCfg.ExtProc, "--target-tls")
-			if stage == "gRPC health SERVING" {
+			if strings.HasPrefix(stage, "gRPC health") {
 				hint = tlsHint(last, tlsCfg.Health, "--target-health-tls")
 			}
-			return fmt.Errorf("target %s not ready within %s (waiting for %s): %v%s", t.Name(), timeout, stage, last, hint)
+			return rec, fmt.Errorf("target %s not ready within %s (waiting for %s): %v%s", t.Name(), timeout, stage, last, hint)
 		case <-t.Exited():
 		case <-time.After(poll):
 		}
 	}
+}
+
+// healthFlag is the TLS flag of the health address: --target-health-tls when it has its own.
+func healthFlag(addrs TargetAddrs) string {
+	if addrs.Health != addrs.GRPC {
+		return "--target-health-tls"
+	}
+	return "--target-tls"
 }
 
 // tlsHint suggests flag (--target-tls or --target-health-tls) when the error looks like a TLS

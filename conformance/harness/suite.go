@@ -17,6 +17,7 @@ import (
 
 	"github.com/eppkit/eppkit/fakes/fleet"
 	"github.com/eppkit/eppkit/fakes/gateway"
+	"github.com/eppkit/eppkit/fakes/gateway/extprocclient"
 	"github.com/eppkit/eppkit/fakes/vllm"
 )
 
@@ -56,6 +57,13 @@ type Suite struct {
 	TargetName string
 	// Source is the endpoint source's environment for this run.
 	Source Env
+	// Readiness is what the harness saw while it waited for the target (EPPReadyRoutes).
+	Readiness *Readiness
+	// Stalls is the run's stall watch, shared by the gateway and every ExtProc client: once the
+	// target has left one ext_proc phase unanswered DefaultStallThreshold times in a row, later
+	// waits for that phase last DefaultStallShort, so a run against an EPP whose stream is broken
+	// fails each test within a second instead of its full request timeout.
+	Stalls *extprocclient.StallWatch
 
 	nonce    atomic.Uint64
 	httpOnce sync.Once
@@ -184,8 +192,8 @@ func (s *Suite) PinMetrics(t TestingT, addr string, m vllm.FakeMetrics) {
 			return
 		}
 		// Leave the pool as found: the next test must not start while the EPP still routes on
-		// the pinned values (seen in CI: ReferenceTokenIDPrompts ran right after
-		// ReferenceStaleEndpointFiltered, whose pins made one endpoint the only idle one, and
+		// the pinned values (seen in CI: TokenIDPrompts ran right after
+		// StaleEndpointFiltered, whose pins made one endpoint the only idle one, and
 		// its follow-ups all went there).
 		if err := s.awaitScrapes(addr, 2); err != nil {
 			t.Logf("after unpinning %s: %v", addr, err)

@@ -14,6 +14,10 @@ type TargetEnvField struct {
 	Name string
 	// Doc says what the field holds and when it is empty.
 	Doc string
+	// Format is the exact form of the value (and, for a file, of its content) with an example;
+	// docs/contracts.md has a section per field that repeats it (cmd/eppkit
+	// TestTemplateFieldFormatsDocumented).
+	Format string
 }
 
 // TargetEnvFields documents every field of TargetEnv a --command template can use, in one place:
@@ -21,21 +25,34 @@ type TargetEnvField struct {
 // (cmd/eppkit TestCommandFieldsDocumented). A field that can be empty says when; where that would
 // leave an EPP without what it needs, the run is refused at start (conformance.Options.Validate).
 var TargetEnvFields = []TargetEnvField{
-	{"Eppkit", "the running eppkit binary (absolute path)"},
-	{"Endpoints", "the pool as a comma list of ip:port (static source); a template that uses it is refused with another source"},
-	{"GRPCPort", "free port on 127.0.0.1 for your EPP's ext_proc gRPC server"},
-	{"HealthPort", "free port on 127.0.0.1 for its gRPC health server; without it, health is probed on {{.GRPCPort}}"},
-	{"MetricsPort", "free port on 127.0.0.1 for its Prometheus metrics"},
-	{"Kubeconfig", "kubeconfig of the run's kube-apiserver (apiserver source; empty with static)"},
-	{"PoolName", "the InferencePool's name (apiserver source; empty with static)"},
-	{"PoolNamespace", "the InferencePool's namespace (apiserver source; empty with static)"},
-	{"ConfigFile", "the --config-file path, absolute (empty without --config-file; --config-file with a template that does not use it is refused)"},
-	{"Seed", "the run's seed"},
-	{"LogDir", "the directory of the target's log (target.log)"},
+	{"Eppkit", "the running eppkit binary (absolute path)",
+		"absolute path of an executable file, e.g. /home/you/eppkit/bin/eppkit"},
+	{"Endpoints", "the pool as a comma list of ip:port (static source); a template that uses it is refused with another source",
+		"ip:port entries joined by commas, no spaces, in pool order, e.g. 127.0.10.1:8000,127.0.10.2:8000,127.0.10.3:8000,127.0.10.4:8000"},
+	{"GRPCPort", "free port on 127.0.0.1 for your EPP's ext_proc gRPC server",
+		"a decimal TCP port number (1-65535), free on 127.0.0.1 when the command starts, e.g. 40123"},
+	{"HealthPort", "free port on 127.0.0.1 for its gRPC health server; without it, health is probed on {{.GRPCPort}}",
+		"a decimal TCP port number (1-65535), free on 127.0.0.1 when the command starts, e.g. 40124"},
+	{"MetricsPort", "free port on 127.0.0.1 for its Prometheus metrics",
+		"a decimal TCP port number (1-65535), free on 127.0.0.1 when the command starts, e.g. 40125"},
+	{"Kubeconfig", "kubeconfig of the run's kube-apiserver (apiserver source; empty with static)",
+		"absolute path of a kubeconfig file (client-go clientcmd v1 Config: one cluster at https://127.0.0.1:<port>, one user, one current context; certificates inlined)"},
+	{"PoolName", "the InferencePool's name (apiserver source; empty with static)",
+		"a Kubernetes object name (DNS-1123 subdomain), e.g. eppkit-conformance"},
+	{"PoolNamespace", "the InferencePool's namespace (apiserver source; empty with static)",
+		"a Kubernetes namespace name, e.g. default"},
+	{"ConfigFile", "the --config-file path, absolute (empty without --config-file; --config-file with a template that does not use it is refused)",
+		"absolute path of the file given with --config-file, passed unchanged: its content is whatever your EPP reads (the reference: an EndpointPickerConfig)"},
+	{"Seed", "the run's seed",
+		"a decimal int64, e.g. 807017231 (EPPKIT_SEED=<seed> replays the run)"},
+	{"LogDir", "the directory of the target's log (target.log)",
+		"path of a directory, as given with --log-dir (default out/conformance, relative to the working directory), e.g. out/conformance"},
 	{"ModelRewritesFile", "a file with the conformance model rewrite rules (the InferenceModelRewrite spec's rules) for an EPP " +
-		"with a static pool (the reference: --model-rewrites); with the apiserver source the rewrite is an InferenceModelRewrite object"},
+		"with a static pool (the reference: --model-rewrites); with the apiserver source the rewrite is an InferenceModelRewrite object",
+		"absolute path of a YAML file: the rules of GIE's InferenceModelRewrite spec (Go type harness.ModelRewritesFile), e.g. rules: [{matches: [{model: {type: Exact, value: eppkit-conformance-alias}}], targets: [{modelRewrite: conformance-lora-0-0, weight: 3}, {modelRewrite: conformance-lora-1-0, weight: 1}]}]"},
 	{"PredictorURL", "base URL of the latency predictor sidecar the harness runs (eppkit predictor, upstream's sidecar API); " +
-		"always set when the template uses it; tests that pause or kill the sidecar skip for templates without it"},
+		"always set when the template uses it; tests that pause or kill the sidecar skip for templates without it",
+		"http://127.0.0.1:<port> without a trailing slash, serving upstream's predictor sidecar API (POST /predict, /predict/bulk, GET /readyz, ...), e.g. http://127.0.0.1:40126"},
 }
 
 // TargetEnv are the values a target is started with; a command target's template sees each as

@@ -15,7 +15,8 @@ import (
 // TimeoutConfig is the model). Load overrides from YAML with LoadTimeoutConfig (`--timeout-config`);
 // keys are the JSON tags, values Go duration strings ("5s", "250ms").
 type TimeoutConfig struct {
-	// TargetReady bounds the wait for the target's gRPC health SERVING and a first successful pick.
+	// TargetReady bounds the wait for the target's gRPC health SERVING and an ext_proc stream that
+	// answers with anything but a 503 refusal (WaitReadyRecord).
 	TargetReady Duration `json:"targetReady"`
 	// TargetRefused is how long every connection to an address target (--target address) may be
 	// refused before the harness gives up early: nothing listens there (ReadyProbe.RefusedGrace).
@@ -46,6 +47,9 @@ type TimeoutConfig struct {
 	// PredictorWarmup bounds how long a learning EPP may take, while the PredictedLatency test
 	// sends it warm-up traffic, before it routes by predicted latency.
 	PredictorWarmup Duration `json:"predictorWarmup"`
+	// ServingGrace bounds how long after its gRPC health first answered SERVING an EPP may still
+	// refuse requests with 503 for want of endpoints (EPPReadyRoutes).
+	ServingGrace Duration `json:"servingGrace"`
 }
 
 // DefaultTimeoutConfig returns the defaults: generous enough for a loaded 2-core CI machine.
@@ -63,6 +67,7 @@ func DefaultTimeoutConfig() TimeoutConfig {
 		TargetStop:                   Duration(5 * time.Second),
 		PredictorWarmup:              Duration(90 * time.Second),
 		LeaderFailover:               Duration(30 * time.Second),
+		ServingGrace:                 Duration(2 * time.Second),
 	}
 }
 
@@ -74,7 +79,8 @@ func (c TimeoutConfig) Validate() error {
 	}{{"targetReady", c.TargetReady}, {"targetRefused", c.TargetRefused}, {"harnessStart", c.HarnessStart}, {"request", c.Request},
 		{"metricsPropagation", c.MetricsPropagation}, {"endpointChange", c.EndpointChange},
 		{"poll", c.Poll}, {"testTimeout", c.TestTimeout}, {"targetStop", c.TargetStop},
-		{"predictorWarmup", c.PredictorWarmup}, {"leaderFailover", c.LeaderFailover}} {
+		{"predictorWarmup", c.PredictorWarmup}, {"leaderFailover", c.LeaderFailover},
+		{"servingGrace", c.ServingGrace}} {
 		if f.d <= 0 {
 			return fmt.Errorf("timeout config: %s must be > 0, got %s", f.name, time.Duration(f.d))
 		}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/eppkit/eppkit/conformance"
 	"github.com/eppkit/eppkit/conformance/harness"
@@ -69,16 +70,23 @@ func runDataParallelRanks(t harness.TestingT, s *harness.Suite) {
 	errs := make([]error, n)
 	next := make(chan int)
 	var wg sync.WaitGroup
+	var broken atomic.Bool // a request failed and the run already knows the EPP's stream is broken
 	for w := 0; w < dpWorkers; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range next {
 				served[i], errs[i] = sendDP(s, dp, bodies[i])
+				if errs[i] != nil && s.BrokenCause() != "" {
+					broken.Store(true)
+				}
 			}
 		}()
 	}
 	for i := range bodies {
+		if broken.Load() {
+			break // the first failure is the message; the rest would fail the same way
+		}
 		next <- i
 	}
 	close(next)

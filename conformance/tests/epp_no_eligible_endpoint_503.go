@@ -62,7 +62,7 @@ func runEPPNoEligibleEndpoint503(t harness.TestingT, s *harness.Suite) {
 		if len(marked) == 0 {
 			return
 		}
-		err := harness.Eventually(s.Timeouts.EndpointChange.D(), s.Timeouts.Poll.D(), 1, func() error {
+		err := s.Eventually(s.Timeouts.EndpointChange.D(), 1, func() error {
 			d, err := tryExchange(s, c, chatRequest(s, uniquePrompt(s, t, r, 12), nil))
 			if err != nil {
 				return err

@@ -62,7 +62,7 @@ func runEPPPickIsReadyEndpoint(t harness.TestingT, s *harness.Suite) {
 		}
 		// Leave the pool as found: wait until the EPP routes to the endpoint again. No Fatalf in
 		// a cleanup: failures are reported with Errorf.
-		err := harness.Eventually(s.Timeouts.EndpointChange.D(), s.Timeouts.Poll.D(), 1, func() error {
+		err := s.Eventually(s.Timeouts.EndpointChange.D(), 1, func() error {
 			req := chatRequest(s, uniquePrompt(s, t, r, 12), []string{out})
 			d, err := tryExchange(s, c, req)
 			if err != nil {

@@ -11,11 +11,15 @@ package tests
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"slices"
 	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/eppkit/eppkit/conformance/harness"
 	"github.com/eppkit/eppkit/fakes/gateway/extprocclient"
@@ -109,9 +113,24 @@ func exchange(t harness.TestingT, s *harness.Suite, c *extprocclient.Client, req
 	t.Helper()
 	d, err := tryExchange(s, c, req)
 	if err != nil {
-		t.Fatalf("ext_proc exchange with %s (%s): %v", s.TargetAddress, describe(req), err)
+		t.Fatalf("ext_proc exchange with %s (%s): %v%s", s.TargetAddress, describe(req), err, streamErrorHint(err))
 	}
 	return d
+}
+
+// streamErrorHint explains an exchange that the EPP ended with a gRPC error status: a gateway
+// cannot forward that as a refusal.
+func streamErrorHint(err error) string {
+	st, ok := status.FromError(errors.Unwrap(err))
+	if !ok {
+		st, ok = status.FromError(err)
+	}
+	if !ok || st.Code() == codes.OK || st.Code() == codes.DeadlineExceeded || st.Code() == codes.Canceled {
+		return ""
+	}
+	return fmt.Sprintf(" (the EPP ended the stream with gRPC status %s instead of answering: Envoy turns a stream error into "+
+		"its status_on_error, 500 by default, so a refusal must be an ImmediateResponse with its HTTP status, e.g. 503 when no "+
+		"endpoint is eligible)", st.Code())
 }
 
 // exchangeOn is exchange on an open stream.
@@ -121,7 +140,7 @@ func exchangeOn(t harness.TestingT, s *harness.Suite, st *extprocclient.Stream, 
 	defer cancel()
 	d, err := st.Exchange(ctx, req)
 	if err != nil {
-		t.Fatalf("ext_proc exchange with %s (%s): %v", s.TargetAddress, describe(req), err)
+		t.Fatalf("ext_proc exchange with %s (%s): %v%s", s.TargetAddress, describe(req), err, streamErrorHint(err))
 	}
 	return d
 }
@@ -160,34 +179,69 @@ func mustRoute(t harness.TestingT, s *harness.Suite, d *extprocclient.Decision, 
 
 // pickProblem checks GIE proposal 004's rules on the pick: it is set as the header
 // x-gateway-destination-endpoint and/or the dynamic metadata envoy.lb /
-// x-gateway-destination-endpoint; when both are set they are equal; it is a non-empty comma
-// list of ip:port, each an endpoint of the pool. It returns the addresses and "" or the problem.
+// x-gateway-destination-endpoint; each value set is a non-empty comma list of ip:port, each an
+// endpoint of the pool; when both are set they are equal. It returns the addresses and "" or the
+// problem, naming which value (header or metadata) is wrong and what was expected.
 func pickProblem(s *harness.Suite, d *extprocclient.Decision) ([]string, string) {
 	h, m := d.PickHeader, d.PickMetadata
-	switch {
-	case h == "" && m == "":
-		return nil, fmt.Sprintf("EPP returned no pick: neither the header %s nor the dynamic metadata %s/%s is set",
-			extprocclient.DestinationKey, extprocclient.DestinationNamespace, extprocclient.DestinationKey)
-	case h != "" && m != "" && h != m:
-		return nil, fmt.Sprintf("EPP returned two different picks: header %s=%q, dynamic metadata %s/%s=%q",
-			extprocclient.DestinationKey, h, extprocclient.DestinationNamespace, extprocclient.DestinationKey, m)
-	}
-	pick := d.Pick()
-	addrs := splitPick(pick)
-	if len(addrs) == 0 {
-		return nil, fmt.Sprintf("EPP pick %q holds no address", pick)
+	headerName := "the header " + extprocclient.DestinationKey
+	metadataName := "the dynamic metadata " + extprocclient.DestinationNamespace + "/" + extprocclient.DestinationKey
+	if h == "" && m == "" {
+		return nil, fmt.Sprintf("EPP returned no pick: neither %s nor %s is set", headerName, metadataName)
 	}
 	pool := s.Endpoints()
-	for _, a := range addrs {
-		if _, _, err := net.SplitHostPort(a); err != nil {
-			return addrs, fmt.Sprintf("EPP pick %q: %q is not ip:port: %v", pick, a, err)
+	// Each value on its own first, so the message says which one is malformed.
+	for _, v := range []struct{ name, value, other, otherName string }{{headerName, h, m, metadataName}, {metadataName, m, h, headerName}} {
+		if v.value == "" {
+			continue
 		}
-		if !slices.Contains(pool, a) {
-			return addrs, fmt.Sprintf("EPP picked %s, which is not a ready endpoint of the pool %v", a, pool)
+		if bad := pickFormatProblem(v.value, pool); bad != "" {
+			msg := fmt.Sprintf("EPP pick in %s = %q: %s", v.name, v.value, bad)
+			if v.other != "" && pickFormatProblem(v.other, pool) == "" {
+				msg += fmt.Sprintf(" (%s = %q is well-formed)", v.otherName, v.other)
+			}
+			return splitPick(v.value), msg + "; the protocol requires <ip:port>[,<ip:port>...] of ready pool endpoints " +
+				fmt.Sprintf("%v in each value the EPP sets", pool)
 		}
 	}
-	return addrs, ""
+	if h != "" && m != "" && !samePick(h, m) {
+		return nil, fmt.Sprintf("EPP returned two different picks: %s = %q, %s = %q (the protocol: \"The EPP MUST not set two different values\")",
+			headerName, h, metadataName, m)
+	}
+	return splitPick(d.Pick()), ""
 }
+
+// pickFormatProblem checks one pick value: a non-empty comma list of ip:port, each a pool
+// endpoint; "" when it is.
+func pickFormatProblem(pick string, pool []string) string {
+	addrs := splitPick(pick)
+	if len(addrs) == 0 {
+		return "it holds no address"
+	}
+	for _, a := range addrs {
+		host, port, err := net.SplitHostPort(a)
+		if err != nil {
+			if net.ParseIP(a) != nil {
+				return fmt.Sprintf("%q has no port (an IP alone is not <ip:port>)", a)
+			}
+			return fmt.Sprintf("%q is not ip:port: %v", a, err)
+		}
+		if net.ParseIP(host) == nil {
+			return fmt.Sprintf("%q: %q is not an IP address", a, host)
+		}
+		if port == "" {
+			return fmt.Sprintf("%q has an empty port", a)
+		}
+		if !slices.Contains(pool, a) {
+			return fmt.Sprintf("%s is not a ready endpoint of the pool", a)
+		}
+	}
+	return ""
+}
+
+// samePick reports whether two pick values name the same addresses in the same order (spaces
+// around commas do not count).
+func samePick(a, b string) bool { return slices.Equal(splitPick(a), splitPick(b)) }
 
 // splitPick splits a comma list of addresses, trimming spaces and dropping empty items.
 func splitPick(pick string) []string {

@@ -8,7 +8,7 @@ import (
 	"github.com/eppkit/eppkit/fakes/vllm"
 )
 
-// Rule constants of KVCacheAwareness (SPEC §6), shared by ReferenceKVCacheLegacyMetricName.
+// Rule constants of KVCacheAwareness (SPEC §6), shared by KVCacheLegacyMetricName.
 const (
 	// kvFull is the least KV-cache use pinned on the loaded endpoint, kvLowMax the most on others.
 	kvFull, kvLowMax = 0.95, 0.2
@@ -28,7 +28,7 @@ func init() {
 		Preconditions: []string{"the EPP scrapes the KV-cache gauge from the model servers' /metrics (e.g. kv-cache-utilization-scorer)",
 			"the EPP observes new metrics within metricsPropagation",
 			"the run's fleet exports current vLLM names (--metrics-names current: vllm:kv_cache_usage_perc only), so an EPP " +
-				"that reads only the name of vLLM before v0.10 fails; the legacy name is ReferenceKVCacheLegacyMetricName's"},
+				"that reads only the name of vLLM before v0.10 fails; the legacy name is KVCacheLegacyMetricName's"},
 		Source: "SPEC §3 kv-cache-utilization-scorer, §6 KVCacheAwareness and §7.1 metric-name generations (upstream v1.5.0 " +
 			"pkg/epp/scheduling/framework/plugins/scorer/kvcache_utilization.go and " +
 			"pkg/epp/datalayer/extractor/metrics/factories.go defaultEngineConfigs; GIE PR #1905 renamed the gauge's default; " +

@@ -23,7 +23,7 @@ func init() {
 		// SPEC §5.2/§5.3 ask that the same stream keep serving; upstream v1.5.0 ends the stream
 		// with status OK after the ImmediateResponse (pkg/epp/handlers/server.go), which Envoy
 		// tolerates since it opens one stream per HTTP request. Both pass here; a stream that
-		// outlives a refusal is tested in the Reference profile (ReferenceStreamSurvivesRefusal).
+		// outlives a refusal is tested in the Reference profile (StreamSurvivesRefusal).
 		Source: "SPEC §5.2 and §5.3 (\"A refused request never breaks the stream or the process\"; upstream v1.5.0 pkg/epp/handlers/server.go)",
 		Run:    runOpenAIRefusalKeepsServing,
 	})

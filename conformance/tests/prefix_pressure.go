@@ -9,7 +9,7 @@ import (
 )
 
 // Prefix identity under queue pressure: how the tests of what enters the prefix hash
-// (ReferencePartialBlockHashed, ReferenceMultimodalPrefixIdentity) see a prefix match from
+// (PartialBlockHashed, MultimodalPrefixIdentity) see a prefix match from
 // outside. One endpoint, drawn at random, is pinned to a deep waiting queue (the others to none),
 // so that only a (nearly) full prefix match outweighs its queue (the reference's default weights:
 // prefix-cache 3 against queue 2, so a match above 2/3 of the blocks wins and a match of half

@@ -78,7 +78,7 @@ func runRequestShedding(t harness.TestingT, s *harness.Suite) {
 	// Registered before the pins, so it runs after they are undone: wait until sheddable
 	// requests are admitted again, so later tests start from an unsaturated pool.
 	t.Cleanup(func() {
-		err := harness.Eventually(s.Timeouts.MetricsPropagation.D(), s.Timeouts.Poll.D(), 1, func() error {
+		err := s.Eventually(s.Timeouts.MetricsPropagation.D(), 1, func() error {
 			status, _, err := sendForStatus(s, body(), map[string]string{"x-gateway-inference-objective": harness.SheddableObjective})
 			if err != nil {
 				return err

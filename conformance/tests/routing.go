@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/eppkit/eppkit/conformance/harness"
@@ -76,6 +77,12 @@ func mustSend(t harness.TestingT, s *harness.Suite, path string, body []byte) st
 // in order. It fails the test on the first error.
 func sendAll(t harness.TestingT, s *harness.Suite, n int, mk func(i int) (path string, body []byte)) []string {
 	t.Helper()
+	return sendAllWithHeaders(t, s, n, nil, mk)
+}
+
+// sendAllWithHeaders is sendAll with extra request headers on every request.
+func sendAllWithHeaders(t harness.TestingT, s *harness.Suite, n int, headers map[string]string, mk func(i int) (path string, body []byte)) []string {
+	t.Helper()
 	start := time.Now()
 	defer func() { t.Logf("%d requests through the gateway in %s", n, time.Since(start).Round(time.Millisecond)) }()
 	type job struct {
@@ -92,20 +99,41 @@ func sendAll(t harness.TestingT, s *harness.Suite, n int, mk func(i int) (path s
 	}
 	next := make(chan int)
 	var wg sync.WaitGroup
+	var broken atomic.Value // the run's BrokenCause, once a request failed and the EPP is known broken
 	for w := 0; w < routingWorkers; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				jobs[i].endpoint, jobs[i].err = send(s, jobs[i].path, jobs[i].body)
+				jobs[i].endpoint, jobs[i].err = sendWithHeaders(s, jobs[i].path, jobs[i].body, headers)
+				if jobs[i].err != nil {
+					if cause := s.BrokenCause(); cause != "" {
+						broken.CompareAndSwap(nil, cause)
+					}
+				}
 			}
 		}()
 	}
+	sent := 0
 	for i := range jobs {
+		if broken.Load() != nil {
+			break // not every request: the run already knows why they fail
+		}
 		next <- i
+		sent++
 	}
 	close(next)
 	wg.Wait()
+	if cause, ok := broken.Load().(string); ok {
+		var first error
+		for _, j := range jobs[:sent] {
+			if j.err != nil {
+				first = fmt.Errorf("request %d: %w", j.i, j.err)
+				break
+			}
+		}
+		t.Fatalf("stopped after %d of %d requests: %v (not sending the rest: %s)", sent, n, first, cause)
+	}
 	out := make([]string, n)
 	var errs []error
 	for _, j := range jobs {
@@ -142,7 +170,7 @@ func awaitObserved(t harness.TestingT, s *harness.Suite, what string, mk func() 
 	t.Helper()
 	start := time.Now()
 	batch := 2 * len(s.Endpoints())
-	err := harness.Eventually(s.Timeouts.MetricsPropagation.D(), s.Timeouts.Poll.D(), s.Timeouts.RequiredConsecutiveSuccesses, func() error {
+	err := s.Eventually(s.Timeouts.MetricsPropagation.D(), s.Timeouts.RequiredConsecutiveSuccesses, func() error {
 		for i := 0; i < batch; i++ {
 			path, body := mk()
 			ep, err := send(s, path, body)
@@ -167,7 +195,7 @@ func awaitObserved(t harness.TestingT, s *harness.Suite, what string, mk func() 
 // starts from equal metrics. Failures are logged, not fatal (a cleanup must not Fatalf).
 func restoreRouting(t harness.TestingT, s *harness.Suite, avoided string, mk func() (string, []byte)) {
 	start := time.Now()
-	err := harness.Eventually(s.Timeouts.MetricsPropagation.D(), s.Timeouts.Poll.D(), 1, func() error {
+	err := s.Eventually(s.Timeouts.MetricsPropagation.D(), 1, func() error {
 		for i := 0; i < 4*len(s.Endpoints()); i++ {
 			path, body := mk()
 			ep, err := send(s, path, body)

@@ -37,6 +37,7 @@ type toyEPP struct {
 	mutant   string
 	pool     atomic.Pointer[[]string]
 	notReady sync.Map // addresses the source marked not ready
+	started  time.Time
 	mu       sync.Mutex
 	rng      *rand.Rand
 	srv      *extproctest.Server
@@ -62,7 +63,14 @@ const (
 	mutNoBodyParsing    = "no-body-parsing"    // the toy never parses bodies; named so the table can say so
 	mutNeedsBody        = "needs-body"         // refuses requests without a body with 400
 	mutLatePick         = "late-pick"          // sets the pick (header and metadata) only on its last body response
+	mutMetadataNoPort   = "metadata-no-port"   // the dynamic metadata carries the IP without the port (the header is right)
+	mutBodyNotStreamed  = "body-not-streamed"  // answers the request headers, never the request body chunks
+	mutServingEarly     = "serving-early"      // health SERVING at once, but refuses with 503 for its first 4 s (no endpoints yet)
 )
+
+// servingEarlyFor is how long the serving-early toy refuses requests after it started: twice the
+// default servingGrace.
+const servingEarlyFor = 4 * time.Second
 
 // toySource is an endpoint source that can mark endpoints not ready, as the apiserver source
 // does; the toy EPP it belongs to observes the change at once.
@@ -89,6 +97,7 @@ func (e *toyEPP) Start(_ context.Context, env harness.TargetEnv) (harness.Target
 	e.pool.Store(&pool)
 	e.rng = rand.New(rand.NewPCG(1, 2))
 	e.exited = make(chan struct{})
+	e.started = time.Now()
 	var err error
 	e.srv, err = extproctest.Start(extproctest.Script{OnRequest: e.onRequest, OnResponseHeaders: e.onResponseHeaders})
 	if err != nil {
@@ -121,6 +130,9 @@ func (e *toyEPP) Stop(time.Duration) error {
 func (e *toyEPP) onRequest(seen *extproctest.Seen) []*extprocv3.ProcessingResponse {
 	if e.mutant == mutNeedsBody && seen.HeadersEOS {
 		return []*extprocv3.ProcessingResponse{extproctest.Immediate(http.StatusBadRequest, nil, []byte(`{"message":"no body"}`))}
+	}
+	if e.mutant == mutServingEarly && time.Since(e.started) < servingEarlyFor {
+		return []*extprocv3.ProcessingResponse{extproctest.Immediate(http.StatusServiceUnavailable, nil, []byte(`{"message":"no endpoints known yet"}`))}
 	}
 	pool := *e.pool.Load()
 	if e.mutant != mutIgnoreReadiness {
@@ -179,6 +191,12 @@ func (e *toyEPP) onRequest(seen *extproctest.Seen) []*extprocv3.ProcessingRespon
 		last.HeaderMutation = out[0].GetRequestHeaders().GetResponse().GetHeaderMutation()
 		out[0].GetRequestHeaders().GetResponse().HeaderMutation = nil
 		out[len(out)-1].DynamicMetadata, out[0].DynamicMetadata = out[0].DynamicMetadata, nil
+	}
+	if e.mutant == mutMetadataNoPort {
+		out[0].DynamicMetadata = extproctest.PickResponses(hostOf(pick), nil, nil, 0, false)[0].DynamicMetadata
+	}
+	if e.mutant == mutBodyNotStreamed && !seen.HeadersEOS {
+		out = out[:1]
 	}
 	if e.mutant == mutMetadataDiffers && n < 5 {
 		out[0].DynamicMetadata = &structpb.Struct{Fields: map[string]*structpb.Value{
@@ -318,8 +336,11 @@ func TestEPPProfileAgainstToyEPP(t *testing.T) {
 		{mutEchoInputHeaders, []string{"OpenAIInputHeadersNotEchoed"}, "set the input header"},
 		{mutOneBodyChunk, []string{"OpenAILargeBodyChunked"}, "above the 62000-byte limit"},
 		{mutNeedsBody, []string{"OpenAIHeadersOnlyPick"}, "refused a valid request"},
-		{mutNoBodyParsing, []string{"OpenAIBadRequest400", "ReferenceStreamSurvivesRefusal"}, "want ImmediateResponse 400"},
+		{mutNoBodyParsing, []string{"OpenAIBadRequest400"}, "want ImmediateResponse 400"},
 		{mutLatePick, []string{"EPPPickBeforeRouting"}, "reaches Envoy's router too late"},
+		{mutMetadataNoPort, []string{"EPPPickHeaderAndMetadata"}, "has no port (an IP alone is not <ip:port>)"},
+		{mutBodyNotStreamed, []string{"EPPStreamedBodiesIntact"}, "request_body chunks"},
+		{mutServingEarly, []string{"EPPReadyRoutes"}, "readiness SERVING means"},
 	} {
 		t.Run(tc.mutant, func(t *testing.T) {
 			for name, res := range runAgainst(t, tc.mutant, tc.failing...) {

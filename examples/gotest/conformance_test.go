@@ -73,7 +73,7 @@ func TestConformance(t *testing.T) {
 		Command:        target.ReferenceCommand, // your EPP's command template
 		ConfigFile:     "../../manifests/epp-configs/conformance.yaml",
 		EndpointSource: os.Getenv("EPPKIT_ENDPOINT_SOURCE"), // "" = static
-		Profiles:       conformance.Profiles,                // EPP, EPP-Routing, Reference
+		Profiles:       conformance.Profiles,                // EPP, EPP-Routing, EPP-Production, Reference
 		AllFeatures:    true,                                // claim every feature that has tests
 		Eppkit:         eppkitBin,
 		LogDir:         "out/logs",

@@ -60,7 +60,8 @@ const (
 	PodHeader = "x-inference-pod"
 	// DestinationHeader is the EPP's pick header; never forwarded to the client.
 	DestinationHeader = extprocclient.DestinationKey
-	// GatewayErrorHeader on a local reply names what the gateway refused: "duplicated-header"
+	// GatewayErrorHeader on a local reply names what the gateway refused: "malformed-pick" (a
+	// pick address that is not ip:port), "duplicated-header"
 	// (strict mode: the request would reach the model server with a header twice) or
 	// "late-pick" (the pick arrived after Envoy releases the request headers to the router).
 	GatewayErrorHeader = "x-eppkit-gateway-error"
@@ -169,6 +170,9 @@ type Config struct {
 	// MessageTimeout bounds each wait for an EPP response (Envoy's message_timeout); default
 	// DefaultMessageTimeout. For body phases the bound starts once the last chunk was sent.
 	MessageTimeout time.Duration
+	// Stalls, when set, is the run's StallWatch (extprocclient.Client.Stalls): once the EPP has
+	// left one phase unanswered several times in a row, the gateway's waits for it are cut short.
+	Stalls *extprocclient.StallWatch
 	// StatusOnError is the FailClose local-reply status; default DefaultStatusOnError (500).
 	StatusOnError int
 	// HeaderSemantics is how the EPP's header mutations are applied: SemanticsEnvoyExtProc
@@ -194,6 +198,12 @@ type Gateway struct {
 	retry     http.RoundTripper // keep-alives off; see roundTrip
 	rr        atomic.Uint64
 	log       *slog.Logger
+
+	// malformed counts strict-mode requests in a row refused for a malformed pick
+	// (MalformedPicks); malformedMsg is the last one's message.
+	malformed    atomic.Int64
+	malformedMu  sync.Mutex
+	malformedMsg string
 }
 
 // New validates cfg and returns a Gateway. Errors name the offending field.
@@ -266,6 +276,7 @@ func New(cfg Config) (*Gateway, error) {
 			return nil, fmt.Errorf("gateway: EPPAddress: %w", err)
 		}
 		c.MessageTimeout = cfg.MessageTimeout
+		c.Stalls = cfg.Stalls
 		g.epp = c
 	}
 	return g, nil

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -680,5 +681,43 @@ func TestTrailersForwarded(t *testing.T) {
 	}
 	if s := seen[0]; s.ResponseTrailers["grpc-status"] != "14" || string(s.ResponseBody) != "partial" {
 		t.Fatalf("the EPP saw body %q and trailers %v; want the body then response_trailers with grpc-status 14", s.ResponseBody, s.ResponseTrailers)
+	}
+}
+
+// TestMalformedPickIsNotRouted: a pick whose metadata lacks the port (the header has it) is not
+// an address Envoy can route to: 503, malformed-pick, a message naming the metadata; the count of
+// malformed picks in a row resets once a request is forwarded.
+func TestMalformedPickIsNotRouted(t *testing.T) {
+	a := newUpstream(t, "pod-a", nil)
+	host, _, _ := net.SplitHostPort(a.addr())
+	var broken atomic.Bool
+	broken.Store(true)
+	epp := startEPP(t, extproctest.Script{OnRequest: func(seen *extproctest.Seen) []*extprocv3.ProcessingResponse {
+		out := extproctest.PickResponses(a.addr(), nil, seen.Body, 0, true)
+		if broken.Load() {
+			out[0].DynamicMetadata = extproctest.PickResponses(host, nil, nil, 0, false)[0].DynamicMetadata
+		}
+		return out
+	}})
+	g := newGateway(t, gateway.Config{EPPAddress: epp.Addr()})
+	for i := 1; i <= 2; i++ {
+		res, err := g.Do(context.Background(), &gateway.Request{Path: "/v1/completions", Body: []byte(`{"model":"m"}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Status != http.StatusServiceUnavailable || res.Headers.Get(gateway.GatewayErrorHeader) != "malformed-pick" ||
+			!strings.Contains(string(res.Body), "dynamic metadata") || !strings.Contains(string(res.Body), "has no port") || len(a.requests()) != 0 {
+			t.Fatalf("status %d headers %v body %s; want 503 malformed-pick naming the metadata", res.Status, res.Headers, res.Body)
+		}
+		if n, msg := g.MalformedPicks(); n != i || msg == "" {
+			t.Errorf("MalformedPicks = %d %q, want %d in a row", n, msg, i)
+		}
+	}
+	broken.Store(false)
+	if res, err := g.Do(context.Background(), &gateway.Request{Path: "/v1/completions", Body: []byte(`{"model":"m"}`)}); err != nil || res.Status != 200 {
+		t.Fatalf("well-formed pick: %v %+v", err, res)
+	}
+	if n, _ := g.MalformedPicks(); n != 0 {
+		t.Errorf("MalformedPicks = %d after a forwarded request, want 0", n)
 	}
 }

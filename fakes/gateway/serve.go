@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptrace"
 	"slices"
@@ -172,6 +173,21 @@ func (g *Gateway) serve(ctx context.Context, in *inbound, out sink) outcome {
 		localReply(out, http.StatusServiceUnavailable, msg)
 		return res
 	}
+	for _, a := range addrs {
+		if problem := addrProblem(a); problem != "" {
+			// Envoy's original-destination routing cannot parse it either: no host, 503.
+			from := "the header " + DestinationHeader
+			if rt.Metadata != "" {
+				from = "the dynamic metadata " + extprocclient.DestinationNamespace + "/" + extprocclient.DestinationKey + " (the router reads it first)"
+			}
+			msg := fmt.Sprintf("the EPP's pick %q in %s cannot be routed: %s", rt.Pick(), from, problem)
+			g.noteMalformed(msg)
+			out.Header().Set(GatewayErrorHeader, "malformed-pick")
+			localReply(out, http.StatusServiceUnavailable, msg)
+			return res
+		}
+	}
+	g.malformed.Store(0)
 	body := in.body
 	if d.Body != nil {
 		body = d.Body
@@ -696,4 +712,37 @@ func (g *Gateway) retryTransport() http.RoundTripper {
 		g.retry = t
 	})
 	return g.retry
+}
+
+// addrProblem says why addr is not an ip:port the router can send to ("" when it is).
+func addrProblem(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	switch {
+	case err != nil && net.ParseIP(addr) != nil:
+		return fmt.Sprintf("%q has no port", addr)
+	case err != nil:
+		return fmt.Sprintf("%q is not ip:port: %v", addr, err)
+	case net.ParseIP(host) == nil:
+		return fmt.Sprintf("%q: %q is not an IP address", addr, host)
+	case port == "":
+		return fmt.Sprintf("%q has an empty port", addr)
+	}
+	return ""
+}
+
+// noteMalformed counts a malformed pick in a row and keeps its message.
+func (g *Gateway) noteMalformed(msg string) {
+	g.malformedMu.Lock()
+	g.malformedMsg = msg
+	g.malformedMu.Unlock()
+	g.malformed.Add(1)
+}
+
+// MalformedPicks returns how many requests in a row the EPP answered with a pick that is not a
+// list of ip:port (the gateway refused them with 503, "malformed-pick"), and the last message; a
+// request forwarded since resets the count.
+func (g *Gateway) MalformedPicks() (int, string) {
+	g.malformedMu.Lock()
+	defer g.malformedMu.Unlock()
+	return int(g.malformed.Load()), g.malformedMsg
 }

@@ -105,6 +105,13 @@ const (
 	// KV-cache events (issue 35).
 	PreciseEventsIgnored   Name = "precise-events-ignored"
 	PreciseRemovalsIgnored Name = "precise-removals-ignored"
+	// The protocol bugs real EPPs ship that used to stop the harness instead of failing a test
+	// (issue 32).
+	MetadataWithoutPort Name = "metadata-without-port"
+	BodyNotStreamedBack Name = "body-not-streamed-back"
+	RefusalAsGRPCError  Name = "refusal-as-grpc-error"
+	LatePick            Name = "late-pick"
+	ServingBeforeReady  Name = "serving-before-endpoints"
 )
 
 // Mutant describes one mutant for the matrix.
@@ -138,7 +145,7 @@ var catalogue = []Mutant{
 	{Name: NoEndpoints500, Breaks: "no eligible endpoint is answered with 503 (SPEC §5.1, §5.3)",
 		Via: Interceptor, Where: "selfcheck/mutant/interceptor: an ImmediateResponse 503 reaches the gateway as 500", Kind: BlackBox, Target: "EPPNoEligibleEndpoint503"},
 	{Name: StreamClosedAfterRefuse, Breaks: "after a refusal the same ext_proc stream keeps serving (SPEC §5.2, eppkit)",
-		Via: Interceptor, Where: "selfcheck/mutant/interceptor: the stream ends (status OK) after an ImmediateResponse", Kind: BlackBox, Target: "ReferenceStreamSurvivesRefusal"},
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: the stream ends (status OK) after an ImmediateResponse", Kind: BlackBox, Target: "StreamSurvivesRefusal"},
 	{Name: RefusalBreaksStream, Breaks: "a refused request never breaks the stream: it ends cleanly or keeps serving (SPEC §5.3)",
 		Via: Interceptor, Where: "selfcheck/mutant/interceptor: the stream fails with gRPC Internal after an ImmediateResponse", Kind: BlackBox, Target: "OpenAIRefusalKeepsServing"},
 	{Name: NotReadyPicked, Breaks: "picks are ready endpoints of the pool (SPEC §5.1)",
@@ -164,7 +171,7 @@ var catalogue = []Mutant{
 	{Name: UsageSplitDonePanics, Breaks: "usage parsing never breaks a response, [DONE] split across chunks included (SPEC §5.2)",
 		Via: Interceptor, Where: "selfcheck/mutant/interceptor: the stream fails (gRPC Internal) when an SSE response chunk ends inside data: [DONE], as an EPP whose usage parser crashes", Kind: BlackBox, Target: "OpenAIResponseUsageRobust"},
 	{Name: StaleEndpointKept, Breaks: "stale endpoints are filtered out unless every candidate is stale (SPEC §3, eppkit)",
-		Via: MetricsSource, Where: "selfcheck/mutant/wrap Collector: no endpoint is ever stale", Kind: BlackBox, Target: "ReferenceStaleEndpointFiltered"},
+		Via: MetricsSource, Where: "selfcheck/mutant/wrap Collector: no endpoint is ever stale", Kind: BlackBox, Target: "StaleEndpointFiltered"},
 	{Name: RequestIDMissing, Breaks: "x-request-id is generated when absent (SPEC §5.2)",
 		Via: Interceptor, Where: "selfcheck/mutant/interceptor: the x-request-id the EPP generates is removed from its header mutation", Kind: BlackBox, Target: "OpenAIRequestID"},
 	{Name: ModelRewriteIgnored, Breaks: "x-gateway-model-name-rewrite rewrites the body's model (SPEC §5.2)",
@@ -180,11 +187,11 @@ var catalogue = []Mutant{
 	{Name: KVLegacyNameOnly, Breaks: "the KV-cache gauge is read under the name the model server exports, vllm:kv_cache_usage_perc on current vLLM (SPEC §6 KVCacheAwareness, §7.1)",
 		Via: MetricsSource, Where: "selfcheck/mutant/wrap Collector: KV use read only from vllm:gpu_cache_usage_perc (vLLM before v0.10), no fallback", Kind: BlackBox, Target: "KVCacheAwareness"},
 	{Name: KVCurrentNameOnly, Breaks: "the KV-cache gauge is read under vLLM's name before v0.10, vllm:gpu_cache_usage_perc, when the current one is missing (SPEC §7.1, eppkit)",
-		Via: MetricsSource, Where: "selfcheck/mutant/wrap Collector: KV use read only from vllm:kv_cache_usage_perc, no fallback (upstream v1.5.0's default)", Kind: BlackBox, Target: "ReferenceKVCacheLegacyMetricName"},
+		Via: MetricsSource, Where: "selfcheck/mutant/wrap Collector: KV use read only from vllm:kv_cache_usage_perc, no fallback (upstream v1.5.0's default)", Kind: BlackBox, Target: "KVCacheLegacyMetricName"},
 	{Name: LoRAFamilyRequired, Breaks: "model servers without LoRA (no vllm:lora_requests_info) are still routed by their load (SPEC §6 LoRAAffinity, §7.1; llm-d-router #926)",
 		Via: MetricsSource, Where: "selfcheck/mutant/wrap Collector: a scrape without the vllm:lora_requests_info family fails as a whole", Kind: BlackBox, Target: "LoRAAffinity"},
 	{Name: EngineSeriesIgnored, Breaks: "a server's data-parallel engine series are summed into its load (SPEC §7.1, eppkit; GIE #2950)",
-		Via: MetricsSource, Where: "selfcheck/mutant/wrap Collector: the engine label is never looked for, so each family's first series (engine 0) is read, as upstream v1.5.0", Kind: BlackBox, Target: "ReferenceEngineSeriesSummed"},
+		Via: MetricsSource, Where: "selfcheck/mutant/wrap Collector: the engine label is never looked for, so each family's first series (engine 0) is read, as upstream v1.5.0", Kind: BlackBox, Target: "EngineSeriesSummed"},
 	{Name: PrepareBudgetIgnored, Breaks: "a PrepareData producer overrunning the phase budget does not hold the decision (SPEC §1.1, eppkit)",
 		Via: Hook, Where: "reference/framework Runtime.PrepareData: the budget timer is never selected, the phase waits for every plugin", Kind: BlackBox, Target: "ReferencePrepareDataBudget"},
 	{Name: PromptListRefused, Breaks: "a completions prompt given as an array of strings is routed (SPEC §9.1, upstream)",
@@ -194,15 +201,15 @@ var catalogue = []Mutant{
 	{Name: ResponsesRefused, Breaks: "/v1/responses (OpenAI Responses) is recognised by its path and routed (SPEC §9.1, upstream)",
 		Via: Interceptor, Where: "selfcheck/mutant/interceptor: a /v1/responses request is answered with 400, as an EPP that parses it as completions", Kind: BlackBox, Target: "OpenAIResponsesRouted"},
 	{Name: MessagesSystemUnhashed, Breaks: "an Anthropic Messages request's system prompt takes part in the prefix hash (SPEC §9.1, eppkit)",
-		Via: Plugin, Where: "selfcheck/mutant/wrap: approx-prefix-cache-producer wrapped, it hashes a /v1/messages request without its system prompt (as an EPP that parses it as chat)", Kind: BlackBox, Target: "ReferenceAnthropicMessagesRouted"},
+		Via: Plugin, Where: "selfcheck/mutant/wrap: approx-prefix-cache-producer wrapped, it hashes a /v1/messages request without its system prompt (as an EPP that parses it as chat)", Kind: BlackBox, Target: "AnthropicMessagesRouted"},
 	{Name: TokenIDsUnhashed, Breaks: "token-id prompts are hashed by their ids, so they get prefix affinity (SPEC §9.1, §2.1, eppkit)",
-		Via: Plugin, Where: "selfcheck/mutant/wrap: approx-prefix-cache-producer wrapped, token-id prompts and inputs reach it without their ids (no blocks)", Kind: BlackBox, Target: "ReferenceTokenIDPrompts"},
+		Via: Plugin, Where: "selfcheck/mutant/wrap: approx-prefix-cache-producer wrapped, token-id prompts and inputs reach it without their ids (no blocks)", Kind: BlackBox, Target: "TokenIDPrompts"},
 	{Name: PartsHashedAsText, Breaks: "every chat content part reaches the prefix hash by its identity, inline data by digest (SPEC §9.1, eppkit)",
-		Via: Plugin, Where: "selfcheck/mutant/wrap: approx-prefix-cache-producer built with v1.5.0's chat encoding (prefix.HashCompat.V150Chat: inline data as text, cut at 256 blocks; file parts dropped)", Kind: BlackBox, Target: "ReferenceMultimodalPrefixIdentity"},
+		Via: Plugin, Where: "selfcheck/mutant/wrap: approx-prefix-cache-producer built with v1.5.0's chat encoding (prefix.HashCompat.V150Chat: inline data as text, cut at 256 blocks; file parts dropped)", Kind: BlackBox, Target: "MultimodalPrefixIdentity"},
 	{Name: PartialBlockDropped, Breaks: "the trailing partial block is hashed (SPEC §2.1; GIE PR #2823)",
-		Via: Plugin, Where: "selfcheck/mutant/wrap: approx-prefix-cache-producer built without the trailing partial block (prefix.HashCompat.NoPartialBlock, v1.5.0)", Kind: BlackBox, Target: "ReferencePartialBlockHashed"},
+		Via: Plugin, Where: "selfcheck/mutant/wrap: approx-prefix-cache-producer built without the trailing partial block (prefix.HashCompat.NoPartialBlock, v1.5.0)", Kind: BlackBox, Target: "PartialBlockHashed"},
 	{Name: StateKeyedByXRequestID, Breaks: "plugin state is keyed by the EPP's own request id, never by x-request-id (SPEC §9.2, GIE #1489)",
-		Via: Plugin, Where: "selfcheck/mutant/wrap: approx-prefix-cache-producer wrapped, its plugin state written and read under the request's x-request-id, so requests sharing one overwrite and delete each other's hashes", Kind: BlackBox, Target: "ReferenceDuplicateRequestIDIsolated"},
+		Via: Plugin, Where: "selfcheck/mutant/wrap: approx-prefix-cache-producer wrapped, its plugin state written and read under the request's x-request-id, so requests sharing one overwrite and delete each other's hashes", Kind: BlackBox, Target: "DuplicateRequestIDIsolated"},
 	{Name: HeadersAppended, Breaks: "every header the EPP sets overwrites the request's value (append_action OVERWRITE_IF_EXISTS_OR_ADD, SPEC §9.3)",
 		Via: Interceptor, Where: "selfcheck/mutant/interceptor: every request header the EPP sets is marked APPEND_IF_EXISTS_OR_ADD (the proto's zero value)", Kind: BlackBox, Target: "OpenAIHeaderOverwrite"},
 	{Name: RefusalReasonMissing, Breaks: "every ImmediateResponse carries x-eppkit-reason (SPEC §9.3, eppkit)",
@@ -227,6 +234,16 @@ var catalogue = []Mutant{
 		Via: ServerOptions, Where: "selfcheck/mutant/wrap: the drain timeout is 1 ms, so the drain cuts every request in flight at once", Kind: BlackBox, Target: "DrainFinishesInFlight"},
 	{Name: PoolSelectorIgnored, Breaks: "the endpoint list is scoped to the EPP's own InferencePool (GIE proposal 004 as of v1.6.2, GIE PR #3003)",
 		Via: EndpointSource, Where: "selfcheck/mutant/wrap PoolSource: the InferencePool reads with an empty selector, so every Ready pod of its namespace (another pool's too) is an endpoint", Kind: BlackBox, Target: "EPPEndpointListScopedToPool", NeedsAPIServer: true},
+	{Name: MetadataWithoutPort, Breaks: "each pick value, header and dynamic metadata alike, is a comma list of ip:port (GIE proposal 004 Destination Endpoint; SPEC §5.1)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: the dynamic metadata envoy.lb/x-gateway-destination-endpoint loses every port (the header keeps them)", Kind: BlackBox, Target: "EPPPickHeaderAndMetadata"},
+	{Name: BodyNotStreamedBack, Breaks: "every request body chunk is answered with a streamed body mutation in FULL_DUPLEX_STREAMED mode, changed or not (GIE proposal 004 streaming; SPEC §5.1)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: the EPP's streamed request_body responses are dropped when they return the body unchanged (an EPP that answers only a changed body, as in BUFFERED mode)", Kind: BlackBox, Target: "EPPStreamedBodiesIntact"},
+	{Name: RefusalAsGRPCError, Breaks: "a request no endpoint is eligible for is refused with ImmediateResponse 503, never by ending the stream with a gRPC error (GIE proposal 004; SPEC §5.1, §5.3)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: an ImmediateResponse 503 becomes the end of the stream with gRPC status Unavailable (which Envoy answers with status_on_error, 500)", Kind: BlackBox, Target: "EPPNoEligibleEndpoint503"},
+	{Name: LatePick, Breaks: "the pick is in place when Envoy's router chooses the host: on the request_headers response, or as metadata on the first streamed body response (GIE proposal 004; SPEC §5.1)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: the pick header and metadata leave the request_headers response; the metadata rides on the last streamed body response instead", Kind: BlackBox, Target: "EPPPickBeforeRouting"},
+	{Name: ServingBeforeReady, Breaks: "readiness SERVING means the EPP routes requests for its pool (GIE proposal 004 Health Checking; SPEC §5.1)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: for its first 6 s every request is refused with ImmediateResponse 503 \"no endpoints\" while the proxied health answers SERVING, as an EPP that says ready before its datastore has synced", Kind: BlackBox, Target: "EPPReadyRoutes"},
 	{Name: PluginStateScoreOnly, Breaks: "the prefix producer writes its plugin state in PrepareData, so the pick is indexed without a prefix scorer (GIE PR #2005, SPEC §1)",
 		Via: Plugin, Where: "selfcheck/mutant/wrap: approx-prefix-cache-producer wrapped, its plugin-state entry deleted when PrepareData ends", Kind: WhiteBox, Suite: "pluginstate",
 		Target: "the only profile has no prefix scorer should hold: PreRequest indexes the pick"},

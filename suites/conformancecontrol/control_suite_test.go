@@ -49,19 +49,19 @@ func TestConformanceControl(t *testing.T) {
 // form (token ids, Anthropic Messages, multimodal parts, the trailing partial block) or a metric
 // form (engine series summed, the legacy KV-cache name), each through a rate bound.
 var mustFailWithRandomPicker = []string{"KVCacheAwareness", "LoRAAffinity", "PredictedLatency", "PrefixCacheAffinity", "QueueAwareness",
-	"ReferenceAnthropicMessagesRouted", "ReferenceEngineSeriesSummed", "ReferenceKVCacheLegacyMetricName",
-	"ReferenceMultimodalPrefixIdentity", "ReferencePartialBlockHashed", "ReferenceTokenIDPrompts"}
+	"AnthropicMessagesRouted", "EngineSeriesSummed", "KVCacheLegacyMetricName",
+	"MultimodalPrefixIdentity", "PartialBlockHashed", "TokenIDPrompts"}
 
 // failsWithRandomPickerByBurst are the tests a random picker fails by a bound that is not a rate
-// over the whole run: ReferenceDuplicateRequestIDIsolated fails when one burst of 64 repeats of a
+// over the whole run: DuplicateRequestIDIsolated fails when one burst of 64 repeats of a
 // prompt loses ≥ 12 of them to other endpoints (a random picker keeps about a quarter home).
-var failsWithRandomPickerByBurst = []string{"ReferenceDuplicateRequestIDIsolated"}
+var failsWithRandomPickerByBurst = []string{"DuplicateRequestIDIsolated"}
 
 // failsWithoutLatencyPlugins are the non-statistical tests the random-picker config fails because
 // it has no predicted-latency plugins: nothing parses x-slo-* headers (SPEC §4.1), and no
 // PrepareData producer calls the predictor sidecar, so ReferencePrepareDataBudget never sees the
 // "predicted-latency" profile it waits for before stalling the producer (SPEC §1.1).
-var failsWithoutLatencyPlugins = []string{"ReferenceMalformedSLOHeader400", "ReferencePrepareDataBudget"}
+var failsWithoutLatencyPlugins = []string{"MalformedSLOHeader400", "ReferencePrepareDataBudget"}
 
 var bin string
 

@@ -81,6 +81,10 @@ type Options struct {
 	Provider cluster.Provider
 	// KeepCluster keeps the cluster and the namespace after the run.
 	KeepCluster bool
+	// Namespace is the run's namespace ("" = a fresh eppkit-conformance-<n>): the fleet pods,
+	// the InferencePool and the EPP go there, and it is deleted at the end unless KeepCluster.
+	// The e2e-framework env funcs name it so a test can look at what the run deployed.
+	Namespace string
 	// ManifestsDir holds the EPP's YAML ("" = manifests/k8s's reference EPP). Files are
 	// text/templates over TargetEnv's fields plus .Namespace.
 	ManifestsDir string
@@ -195,7 +199,10 @@ func (s *source) StartFleet(ctx context.Context, spec harness.FleetSpec) (harnes
 	if _, err := applier.Apply(ctx, crds, apply.Options{}); err != nil {
 		return nil, fmt.Errorf("cluster: install the GIE CRDs: %w", err)
 	}
-	r.ns = fmt.Sprintf("eppkit-conformance-%d", time.Now().UnixNano()%1_000_000_000)
+	r.ns = r.opts.Namespace
+	if r.ns == "" {
+		r.ns = fmt.Sprintf("eppkit-conformance-%d", time.Now().UnixNano()%1_000_000_000)
+	}
 	if err := cluster.CreateNamespace(ctx, r.opts.Provider, r.cs, r.ns, map[string]string{"eppkit.io/conformance": "true"}); err != nil {
 		return nil, err
 	}

@@ -2,8 +2,11 @@ package e2eframework
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +20,7 @@ import (
 	"sigs.k8s.io/e2e-framework/pkg/env"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/features"
+	confv1 "sigs.k8s.io/gateway-api/conformance/apis/v1"
 
 	"github.com/eppkit/eppkit/conformance"
 	"github.com/eppkit/eppkit/conformance/cluster/apply"
@@ -144,29 +148,106 @@ func ptrOr(p *int32, def int32) int32 {
 	return *p
 }
 
-// ConformanceOptions choose what Conformance runs.
+// ConformanceOptions choose what Setup and Conformance run and where the reports go.
 type ConformanceOptions struct {
 	// Selection is the profiles, claimed features and skips (conformance.Selection); at least
 	// one profile.
 	Selection conformance.Selection
+	// Namespace is where the run deploys the fleet pods, the InferencePool and the EPP ("" = a
+	// fresh eppkit-conformance-<n>); deleted at the end unless EPPKIT_KEEP_CLUSTER=true.
+	Namespace string
 	// ManifestsDir holds the EPP's YAML, templated with the target's fields ("" = the
 	// reference EPP of manifests/k8s); see clustertarget.Options.ManifestsDir.
 	ManifestsDir string
 	// ConfigFile is the EndpointPickerConfig handed to the EPP ("" = its default).
 	ConfigFile string
-	// Seed seeds the fleet and the tests (0 = 1).
+	// Seed seeds the fleet and the tests (0 = 1; EPPKIT_SEED overrides it).
 	Seed int64
 	// Timeouts (zero = harness.DefaultTimeoutConfig()).
 	Timeouts harness.TimeoutConfig
+	// ReportDir, ResultsFile and Implementation are conformance.Options': the same
+	// ConformanceReport per profile, junit.xml, summary.md and results file as `eppkit
+	// conformance --report-output` (Implementation is required with ReportDir).
+	ReportDir, ResultsFile string
+	Implementation         confv1.Implementation
 	// Logger receives the harness's progress (nil = discard).
 	Logger *slog.Logger
 }
 
+// sessionKey keys the conformance session Setup starts in the environment's context.
+type sessionKey struct{}
+
+// Setup is the env.Func that deploys what the conformance run tests into the environment's
+// cluster (cfg.KubeconfigFile()), in opts.Namespace: one fake vLLM pod per fleet member, the
+// InferencePool over them with the conformance InferenceObjectives and model rewrite, and the
+// EPP (opts.ManifestsDir, default the reference), then waits until the EPP is ready. The running
+// session goes into the context; the Conformance feature runs the tests against it and writes the
+// reports, Teardown removes what Setup deployed if the feature did not run.
+func Setup(opts ConformanceOptions) env.Func {
+	return func(ctx context.Context, cfg *envconf.Config) (context.Context, error) {
+		s, err := startSession(ctx, cfg, opts, nil)
+		if err != nil {
+			return ctx, err
+		}
+		return context.WithValue(ctx, sessionKey{}, s), nil
+	}
+}
+
+// Teardown is the env.Func that finishes a session Setup started and no Conformance feature
+// finished (its reports then list every test not run).
+func Teardown() env.Func {
+	return func(ctx context.Context, _ *envconf.Config) (context.Context, error) {
+		if s, ok := ctx.Value(sessionKey{}).(*conformance.Session); ok && !s.Finished() {
+			_, err := s.Finish()
+			var ee *conformance.ExitError
+			if errors.As(err, &ee) && ee.Code != conformance.ExitHarness {
+				err = nil // the verdict is the feature's; here only a harness error matters
+			}
+			return ctx, err
+		}
+		return ctx, nil
+	}
+}
+
+// startSession starts a conformance session on the cluster of cfg, through conformance.Start:
+// the run every eppkit driver uses.
+func startSession(ctx context.Context, cfg *envconf.Config, opts ConformanceOptions, out io.Writer) (*conformance.Session, error) {
+	if err := opts.Selection.Validate(conformance.All()); err != nil {
+		return nil, fmt.Errorf("conformance selection: %w", err)
+	}
+	seed := opts.Seed
+	if seed == 0 {
+		seed = 1
+	}
+	p, err := existing.New(existing.Options{Kubeconfig: cfg.KubeconfigFile(), DeleteTimeout: 2 * time.Minute})
+	if err != nil {
+		return nil, fmt.Errorf("cluster of the environment: %w", err)
+	}
+	run, err := clustertarget.New(clustertarget.Options{Provider: p, ManifestsDir: opts.ManifestsDir, Logger: opts.Logger,
+		Namespace: opts.Namespace, KeepCluster: os.Getenv("EPPKIT_KEEP_CLUSTER") == "true"})
+	if err != nil {
+		return nil, err
+	}
+	logDir, err := os.MkdirTemp("", "eppkit-e2ef-*")
+	if err != nil {
+		return nil, err
+	}
+	return conformance.Start(ctx, conformance.Options{
+		TargetImpl: run.Target(), SourceImpl: run.Source(),
+		Profiles: opts.Selection.Profiles, SupportedFeatures: opts.Selection.SupportedFeatures,
+		ExemptFeatures: opts.Selection.ExemptFeatures, SkipTests: opts.Selection.SkipTests, RunTest: opts.Selection.RunTest,
+		ConfigFile: opts.ConfigFile, Timeouts: opts.Timeouts, Seed: seed, LogDir: logDir, Logger: opts.Logger,
+		ReportDir: opts.ReportDir, ResultsFile: opts.ResultsFile, Implementation: opts.Implementation, Out: out, Err: out,
+	})
+}
+
 // Conformance is the feature that runs eppkit's conformance registry against an EPP deployed in
-// the environment's cluster (cfg.KubeconfigFile()): in a namespace of its own it runs the fleet
-// pods and the InferencePool, applies the EPP's manifests, and reaches everything through
-// port-forwards (conformance/cluster/clustertarget). Each selected test is a subtest of the
-// Assess step, named Profile/ShortName; a failed or harness error fails it, a skip skips it.
+// the environment's cluster: against the session Setup started when the context holds one (so
+// the suite tests the pool the environment deployed), else it deploys its own in a namespace of
+// its own. Each selected test is a subtest of the Assess step, named Profile/ShortName (a failure
+// prints its message once with its reproduction, a not-applicable or skipped test skips it, a
+// test of a feature not claimed has none); then the session's reports are written (the same
+// ConformanceReport, junit.xml, summary.md and results file as the CLI) and the harness stops.
 func Conformance(opts ConformanceOptions) features.Feature {
 	return features.New("eppkit conformance").
 		WithLabel("suite", "eppkit-conformance").
@@ -178,60 +259,44 @@ func Conformance(opts ConformanceOptions) features.Feature {
 
 func runConformance(ctx context.Context, t *testing.T, cfg *envconf.Config, opts ConformanceOptions) {
 	t.Helper()
-	tests := conformance.All()
-	if err := opts.Selection.Validate(tests); err != nil {
-		t.Fatalf("conformance selection: %v", err)
-	}
-	seed := opts.Seed
-	if seed == 0 {
-		seed = 1
-	}
-	p, err := existing.New(existing.Options{Kubeconfig: cfg.KubeconfigFile(), DeleteTimeout: 2 * time.Minute})
-	if err != nil {
-		t.Fatalf("cluster of the environment: %v", err)
-	}
-	run, err := clustertarget.New(clustertarget.Options{Provider: p, ManifestsDir: opts.ManifestsDir, Logger: opts.Logger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var running []conformance.ConformanceTest
-	for _, ct := range tests {
-		if opts.Selection.Selected(ct) && opts.Selection.SkipReason(ct) == "" {
-			running = append(running, ct)
+	out := &logWriter{t: t}
+	s, ok := ctx.Value(sessionKey{}).(*conformance.Session)
+	if !ok {
+		var err error
+		if s, err = startSession(ctx, cfg, opts, out); err != nil {
+			t.Fatalf("conformance: %v", err)
 		}
 	}
-	if len(running) == 0 {
-		t.Fatalf("conformance: the selection %+v runs no test of the %d registered", opts.Selection, len(tests))
-	}
-	suite, err := harness.Start(ctx, harness.Config{Target: run.Target(), Source: run.Source(),
-		ConfigFile: opts.ConfigFile, Timeouts: opts.Timeouts, Seed: seed, Logger: opts.Logger, LogDir: t.TempDir(),
-		NoPredictorSidecar: true})
-	if err != nil {
-		t.Fatalf("conformance harness: %v", err)
-	}
-	defer suite.Close()
-	if conformance.NeedsPredictorSidecar(running) {
+	if s.Suite() != nil && conformance.NeedsPredictorSidecar(s.Tests()) {
 		t.Log("note: tests that need the latency predictor sidecar run without it (it would run on this host, out of the EPP's reach)")
 	}
-	r := &conformance.Runner{Suite: suite, Selection: opts.Selection, Context: ctx}
-	results := r.Run(tests)
-	passed := 0
-	for _, res := range results {
-		if res.Outcome == conformance.Passed {
-			passed++
+	for _, ct := range s.Tests() {
+		if s.NotSupported(ct) {
+			continue
 		}
-	}
-	t.Logf("eppkit conformance: %d of %d selected tests passed (seed %d)", passed, len(running), seed)
-	for _, res := range results {
-		res := res
-		t.Run(string(res.Test.Profile)+"/"+res.Test.ShortName, func(t *testing.T) {
+		t.Run(string(ct.Profile)+"/"+ct.ShortName, func(t *testing.T) {
+			res := s.RunOne(ct)
 			switch res.Outcome {
 			case conformance.Passed:
 			case conformance.Skipped:
 				t.Skip(res.Message)
 			default:
-				t.Errorf("%s (%s): %s", res.Test.ShortName, res.Test.Description, res.Message)
+				t.Errorf("%s\nrule: %s\nseed %d (EPPKIT_SEED=%d reproduces the run)", res.Message, ct.Description, s.Seed(), s.Seed())
 			}
 		})
 	}
+	res, err := s.Finish()
+	t.Logf("eppkit conformance: %s (seed %d); reports: %v %s %s", res.Verdict.Line(), s.Seed(), res.Reports.Reports, res.Reports.JUnit, res.Reports.Summary)
+	var ee *conformance.ExitError
+	if err != nil && !(errors.As(err, &ee) && ee.Code == conformance.ExitTestFailed) {
+		t.Errorf("conformance: %v", err) // a failed test already failed its subtest
+	}
+}
+
+// logWriter sends the session's console lines to t.Log.
+type logWriter struct{ t *testing.T }
+
+func (w *logWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
 }

@@ -78,6 +78,10 @@ type Client struct {
 	// MessageTimeout bounds each wait for a response (Stream.Recv and the helpers); default
 	// DefaultMessageTimeout. Set it before opening streams.
 	MessageTimeout time.Duration
+	// Stalls, when set, is shared by every stream of the client (and of other clients of the
+	// same run): after the EPP has left one phase unanswered several times in a row, waits for
+	// that phase are cut short (StallWatch). Set it before opening streams.
+	Stalls *StallWatch
 }
 
 // Dial connects to an EPP at addr ("host:port"). tlsCfg nil means plaintext; otherwise the
@@ -115,7 +119,7 @@ func (c *Client) Open(ctx context.Context) (*Stream, error) {
 		cancel()
 		return nil, fmt.Errorf("extprocclient: open Process stream: %w", err)
 	}
-	s := &Stream{raw: raw, cancel: cancel, timeout: c.MessageTimeout, notify: make(chan struct{}, 1), first: true}
+	s := &Stream{raw: raw, cancel: cancel, timeout: c.MessageTimeout, notify: make(chan struct{}, 1), first: true, watch: c.Stalls}
 	if s.timeout <= 0 {
 		s.timeout = DefaultMessageTimeout
 	}
@@ -138,7 +142,10 @@ type Stream struct {
 	// sent are the request headers of the latest SendRequest (the header map Envoy mutates).
 	sent []Header
 
+	watch *StallWatch
+
 	mu     sync.Mutex
+	pend   pending // what the current request's messages got back (StallError)
 	queue  []*extprocv3.ProcessingResponse
 	recErr error // terminal receive error (io.EOF when the EPP closed the stream cleanly)
 	notify chan struct{}
@@ -152,6 +159,7 @@ func (s *Stream) receive() {
 			s.recErr = err
 		} else {
 			s.queue = append(s.queue, msg)
+			s.watch.answered(s.pend.received(msg))
 		}
 		s.mu.Unlock()
 		select {
@@ -185,6 +193,9 @@ func (s *Stream) Send(msg *extprocv3.ProcessingRequest) error {
 			}
 		}
 	}
+	s.mu.Lock()
+	s.pend.sent(msg)
+	s.mu.Unlock()
 	if err := s.raw.Send(msg); err != nil {
 		if err == io.EOF {
 			// grpc-go reports the stream's real status through Recv, which the receive
@@ -241,10 +252,21 @@ func (s *Stream) RecvWithin(ctx context.Context, d time.Duration) (*extprocv3.Pr
 // when the last chunk has been sent.
 func (s *Stream) RecvArmed(ctx context.Context, armed <-chan struct{}, d time.Duration) (*extprocv3.ProcessingResponse, error) {
 	var timer <-chan time.Time
+	var (
+		armedAt time.Time
+		bound   time.Duration
+		short   bool
+		phase   Phase
+	)
 	arm := func() {
-		if d > 0 {
-			t := time.NewTimer(d)
+		s.mu.Lock()
+		phase, _, _ = s.pend.outstanding()
+		s.mu.Unlock()
+		bound, short = s.watch.bound(phase, d)
+		if bound > 0 {
+			t := time.NewTimer(bound)
 			timer = t.C
+			armedAt = time.Now()
 			s.stopTimer = append(s.stopTimer[:0], t)
 		}
 	}
@@ -269,6 +291,13 @@ func (s *Stream) RecvArmed(ctx context.Context, armed <-chan struct{}, d time.Du
 		err := s.recErr
 		s.mu.Unlock()
 		if err != nil {
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) && !armedAt.IsZero() {
+				// The caller's deadline cancelled the stream itself (its status is then
+				// DeadlineExceeded): a stall like any other, named and counted.
+				if serr := s.deadlineStall(ctx, armedAt, short, phase); serr != nil {
+					return nil, serr
+				}
+			}
 			return nil, err
 		}
 		select {
@@ -277,11 +306,42 @@ func (s *Stream) RecvArmed(ctx context.Context, armed <-chan struct{}, d time.Du
 			armed = nil
 			arm()
 		case <-timer:
-			return nil, fmt.Errorf("extprocclient: no response within %v: %w", d, ErrMessageTimeout)
+			s.mu.Lock()
+			ph, sent, answered := s.pend.outstanding()
+			headers := s.pend.reqHeadersAnswered
+			if ph == PhaseResponseBody {
+				headers = s.pend.respHeadersAnswered
+			}
+			s.mu.Unlock()
+			if ph == PhaseNone {
+				return nil, fmt.Errorf("extprocclient: no response within %v: %w", bound, ErrMessageTimeout)
+			}
+			return nil, fmt.Errorf("extprocclient: %w", &StallError{Phase: ph, Sent: sent, Answered: answered, HeadersAnswered: headers,
+				Waited: time.Since(armedAt), Stalls: s.watch.stalled(ph), Short: short && ph == phase})
 		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) && !armedAt.IsZero() {
+				// The caller's deadline ended the wait first: still a stall of the phase, named
+				// and counted like a message timeout.
+				if serr := s.deadlineStall(ctx, armedAt, short, phase); serr != nil {
+					return nil, serr
+				}
+			}
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// deadlineStall is the StallError of a wait the caller's deadline ended (wrapping both the
+// context's error and ErrMessageTimeout), nil when nothing was outstanding.
+func (s *Stream) deadlineStall(ctx context.Context, armedAt time.Time, short bool, phase Phase) error {
+	s.mu.Lock()
+	ph, sent, answered := s.pend.outstanding()
+	s.mu.Unlock()
+	if ph == PhaseNone {
+		return nil
+	}
+	return fmt.Errorf("extprocclient: %w: %w", ctx.Err(), &StallError{Phase: ph, Sent: sent, Answered: answered,
+		Waited: time.Since(armedAt), Stalls: s.watch.stalled(ph), Short: short && ph == phase})
 }
 
 // CloseSend half-closes the stream (the gateway has no more messages), as Envoy does when the

@@ -223,6 +223,7 @@ func (s *Stream) Exchange(ctx context.Context, req Request) (*Decision, error) {
 // ReadDecision reads the request-phase responses of one request (see Exchange).
 func (s *Stream) ReadDecision(ctx context.Context, headersOnly bool) (*Decision, error) {
 	d := &Decision{Headers: map[string]string{}, SentHeaders: s.sent, ReleasedAt: -1}
+	defer d.fillPick() // on errors too: the partial Decision says what the EPP picked so far
 	gotHeaders, bodyDone := false, false
 	for !gotHeaders || (!headersOnly && !bodyDone) {
 		msg, err := s.Recv(ctx)

@@ -25,6 +25,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
@@ -68,6 +69,8 @@ type Interceptor struct {
 	// picks are the distinct pick values seen so far, in order (header-metadata-disagree).
 	picksMu sync.Mutex
 	picks   []string
+	// started is when Start returned (serving-before-endpoints).
+	started time.Time
 }
 
 // Mutants returns the protocol mutants the interceptor implements, sorted.
@@ -126,6 +129,7 @@ func Start(listen string, opts Options) (*Interceptor, error) {
 	extprocv3.RegisterExternalProcessorServer(i.srv, i)
 	healthpb.RegisterHealthServer(i.srv, &healthProxy{c: healthpb.NewHealthClient(i.health)})
 	go func() { _ = i.srv.Serve(i.lis) }()
+	i.started = time.Now()
 	return i, nil
 }
 
@@ -214,8 +218,10 @@ type stream struct {
 	// incomplete last SSE line.
 	sse  bool
 	line []byte
-	// held are request_body responses held back until end_of_stream (body-not-chunked).
-	held []*extprocv3.ProcessingResponse
+	// held are request_body responses held back until end_of_stream (body-not-chunked,
+	// body-not-streamed-back); returned is the body they carry (body-not-streamed-back).
+	held     []*extprocv3.ProcessingResponse
+	returned []byte
 	// path and body are the current request's :path and the request body received so far.
 	path string
 	body []byte
@@ -230,6 +236,8 @@ type stream struct {
 	bodyEnded, headersOnly bool
 	// heldResponse are response_body answers held back until end_of_stream (response-held-to-end).
 	heldResponse []*extprocv3.ProcessingResponse
+	// latePick is the pick late-pick took off the request_headers response.
+	latePick string
 }
 
 // request records what the mutant needs of a gateway message and rewrites it; an error ends the
@@ -242,7 +250,7 @@ func (st *stream) request(msg *extprocv3.ProcessingRequest) error {
 		h := r.RequestHeaders.GetHeaders()
 		st.hadRequestID = headerValue(h, headerRequestID) != ""
 		st.objective = headerValue(h, headerObjective)
-		st.held = nil
+		st.held, st.returned = nil, nil
 		st.path, st.body = headerValue(h, headerPath), nil
 		st.hint, st.heldResponse = nil, nil
 		st.headersOnly = r.RequestHeaders.GetEndOfStream()

@@ -341,6 +341,43 @@ func TestEachMutantBreaksItsRule(t *testing.T) {
 				t.Errorf("refusal %+v, want 400 with its body and no x-eppkit-reason", d.Immediate)
 			}
 		},
+		mutant.MetadataWithoutPort: func(t *testing.T, st *extprocclient.Stream, _ *extproctest.Server) {
+			d := exchange(t, st, request("a", nil, nil))
+			if d.PickHeader != pickA || d.PickMetadata != "127.0.10.1" {
+				t.Errorf("header %q metadata %q, want the header %q intact and the metadata without its port", d.PickHeader, d.PickMetadata, pickA)
+			}
+		},
+		mutant.BodyNotStreamedBack: func(t *testing.T, st *extprocclient.Stream, _ *extproctest.Server) {
+			st.SetMessageTimeout(300 * time.Millisecond)
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			defer cancel()
+			d, err := st.Exchange(ctx, request(long, nil, nil))
+			var se *extprocclient.StallError
+			if !errors.As(err, &se) || se.Phase != extprocclient.PhaseRequestBody || d.BodyChunks != 0 || d.PickHeader != pickA {
+				t.Errorf("exchange: %v, %d body responses, pick %q; want the headers answered (pick %s) and the body chunks unanswered",
+					err, d.BodyChunks, d.PickHeader, pickA)
+			}
+		},
+		mutant.RefusalAsGRPCError: func(t *testing.T, st *extprocclient.Stream, _ *extproctest.Server) {
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			defer cancel()
+			d, err := st.Exchange(ctx, request("a", []string{"10.9.9.9:8000"}, nil))
+			if status.Code(errors.Unwrap(err)) != codes.Unavailable || d.Immediate != nil {
+				t.Errorf("503 refusal: %v, immediate %+v; want the stream ended with Unavailable and no ImmediateResponse", err, d.Immediate)
+			}
+		},
+		mutant.LatePick: func(t *testing.T, st *extprocclient.Stream, _ *extproctest.Server) {
+			d := exchange(t, st, request(long, nil, nil))
+			rt, err := d.Routing(extprocclient.SemanticsEnvoyExtProc)
+			if err != nil || d.PickHeader != "" || d.PickMetadata != pickA || rt.Pick() != "" {
+				t.Errorf("header %q, metadata %q, routed on %q (%v); want the pick only as metadata after the router chose", d.PickHeader, d.PickMetadata, rt.Pick(), err)
+			}
+		},
+		mutant.ServingBeforeReady: func(t *testing.T, st *extprocclient.Stream, _ *extproctest.Server) {
+			if d := exchange(t, st, request("a", nil, nil)); d.Immediate == nil || d.Immediate.Status != 503 {
+				t.Errorf("a request right after start: %+v, want ImmediateResponse 503", d.Immediate)
+			}
+		},
 		mutant.ProfileHeaderMissing: func(t *testing.T, st *extprocclient.Stream, _ *extproctest.Server) {
 			d := exchange(t, st, request("a", nil, nil))
 			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)

@@ -1,9 +1,12 @@
 package interceptor
 
 import (
+	"bytes"
 	"encoding/json"
+	"net"
 	"strconv"
 	"strings"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -34,6 +37,9 @@ const (
 	headerPath = ":path"
 	// sseDone is the marker that ends an OpenAI SSE stream.
 	sseDone = "data: [DONE]"
+	// servingBeforeReadyFor is how long serving-before-endpoints refuses every request: three
+	// times the default servingGrace.
+	servingBeforeReadyFor = 6 * time.Second
 )
 
 // rule is one protocol mutant: request rewrites (or fails on) a gateway message in place,
@@ -254,6 +260,92 @@ var rules = map[mutant.Name]rule{
 			}
 		}
 		return pass(resp)
+	}},
+
+	// The pick metadata loses its ports: "10.0.0.1:8000,10.0.0.2:8000" reaches the gateway as
+	// "10.0.0.1,10.0.0.2"; the header stays as the EPP set it.
+	mutant.MetadataWithoutPort: {response: func(_ *stream, resp *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, *ending) {
+		if pick := pickMetadata(resp); pick != "" {
+			parts := strings.Split(pick, ",")
+			for i, a := range parts {
+				if host, _, err := net.SplitHostPort(strings.TrimSpace(a)); err == nil {
+					parts[i] = host
+				}
+			}
+			setPickMetadata(resp, strings.Join(parts, ","))
+		}
+		return pass(resp)
+	}},
+
+	// Streamed request_body responses that give the body back unchanged are held, and dropped
+	// once the whole body came back unchanged: the gateway gets no answer to its body chunks
+	// unless the EPP changed the body (then every held response goes out with the last one).
+	mutant.BodyNotStreamedBack: {response: func(st *stream, resp *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, *ending) {
+		sr := resp.GetRequestBody().GetResponse().GetBodyMutation().GetStreamedResponse()
+		if sr == nil {
+			if resp.GetRequestHeaders() != nil || resp.GetImmediateResponse() != nil {
+				st.held, st.returned = nil, nil
+			}
+			return pass(resp)
+		}
+		st.held = append(st.held, resp)
+		st.returned = append(st.returned, sr.GetBody()...)
+		if !sr.GetEndOfStream() {
+			return nil, nil
+		}
+		held := st.held
+		st.held = nil
+		unchanged := bytes.Equal(st.returned, st.body)
+		st.returned = nil
+		if unchanged {
+			return nil, nil
+		}
+		return held, nil
+	}},
+
+	// An ImmediateResponse 503 never reaches the gateway: the stream ends with gRPC Unavailable
+	// instead, as an EPP that returns its "no endpoint" error from the stream handler.
+	mutant.RefusalAsGRPCError: {response: func(_ *stream, resp *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, *ending) {
+		if resp.GetImmediateResponse().GetStatus().GetCode() == typev3.StatusCode_ServiceUnavailable {
+			return nil, &ending{err: status.Error(codes.Unavailable, "no eligible endpoint")}
+		}
+		return pass(resp)
+	}},
+
+	// The pick leaves the request_headers response (header and metadata) and reaches the gateway
+	// as metadata on the last streamed request body response: after Envoy's router has chosen.
+	mutant.LatePick: {response: func(st *stream, resp *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, *ending) {
+		if resp.GetRequestHeaders() != nil {
+			pick := pickMetadata(resp)
+			if hm := commonOf(resp).GetHeaderMutation(); hm != nil {
+				if h := setHeaderValue(hm, extprocclient.DestinationKey); h != "" && pick == "" {
+					pick = h
+				}
+				hm.SetHeaders = dropOptions(hm.SetHeaders, extprocclient.DestinationKey)
+			}
+			if pick != "" {
+				delete(resp.GetDynamicMetadata().GetFields(), extprocclient.DestinationNamespace)
+				st.latePick = pick
+			}
+			return pass(resp)
+		}
+		if sr := resp.GetRequestBody().GetResponse().GetBodyMutation().GetStreamedResponse(); sr != nil && sr.GetEndOfStream() && st.latePick != "" {
+			setPickMetadata(resp, st.latePick)
+			st.latePick = ""
+		}
+		return pass(resp)
+	}},
+
+	// For servingBeforeReadyFor after the interceptor started, every request is refused with
+	// ImmediateResponse 503 and its stream ends, while the health service (proxied) says
+	// SERVING: an EPP that reports ready before it knows its endpoints.
+	mutant.ServingBeforeReady: {response: func(st *stream, resp *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, *ending) {
+		if time.Since(st.i.started) >= servingBeforeReadyFor || !requestPhase(resp) {
+			return pass(resp)
+		}
+		body, _ := json.Marshal(map[string]any{"error": map[string]any{"message": "no endpoints known yet", "code": 503}})
+		return []*extprocv3.ProcessingResponse{{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
+			ImmediateResponse: &extprocv3.ImmediateResponse{Status: &typev3.HttpStatus{Code: typev3.StatusCode_ServiceUnavailable}, Body: body}}}}, &ending{}
 	}},
 
 	// ImmediateResponses lose x-eppkit-reason; the status and JSON body stay.

@@ -300,8 +300,12 @@ func (m *matrix) conformance(ctx context.Context, r run) run {
 	logDir := filepath.Join(m.opts.LogDir, name)
 	resultsPath := filepath.Join(logDir, conformance.ResultsFileName)
 	_ = os.Remove(resultsPath)
+	// Every run writes its reports too (<LogDir>/<run>/reports): a mutant the suite catches is
+	// reported as a user would see it, ConformanceReport and junit.xml included.
 	args := []string{"conformance", "--endpoint-source", r.source, "--profiles", "all", "--seed", fmt.Sprint(m.opts.Seed),
-		"--log-dir", logDir, "--results-file", resultsPath}
+		"--log-dir", logDir, "--results-file", resultsPath, "--report-output", filepath.Join(logDir, "reports"),
+		"--organization", "eppkit", "--project", "mutant-" + name, "--url", "https://github.com/eppkit/eppkit",
+		"--version", orNone(r.mutant.Name), "--contact", "https://github.com/eppkit/eppkit/issues"}
 	env := supervisor.WithoutEnv(os.Environ(), mutant.Env, "EPPKIT_SEED", InterceptedCommandEnv)
 	env = append(env, mutant.Env+"="+orNone(r.mutant.Name))
 	switch r.lane {

@@ -13,15 +13,17 @@ import (
 
 func init() {
 	conformance.Register(conformance.ConformanceTest{
-		ShortName: "ReferenceDuplicateRequestIDIsolated",
+		ShortName:   "DuplicateRequestIDIsolated",
+		FormerNames: []string{"ReferenceDuplicateRequestIDIsolated"}, // in the Reference profile until issue 32
 		Description: "Concurrent requests that carry the same x-request-id MUST each be routed and keep their own per-request " +
 			"state: the prefix of each MUST be indexed on its own pick, so that with equal load a repeat of each prompt goes to " +
 			"the endpoint that served it (a stress test: bursts of 64 requests with one id scheduled at once).",
 		Level:         conformance.LevelEppkit,
-		Profile:       conformance.ProfileReference,
+		Profile:       conformance.ProfileEPPProduction,
+		Features:      []conformance.Feature{conformance.FeatureRequestIDIsolation, conformance.FeaturePrefixCacheAffinity},
 		Preconditions: []string{"prefix-cache affinity as in PrefixCacheAffinity"},
 		Source:        "SPEC §9.2 (per-request state keyed by an EPP-internal id; x-request-id only a label; GIE #1489)",
-		Run:           runReferenceDuplicateRequestIDIsolated,
+		Run:           runDuplicateRequestIDIsolated,
 	})
 }
 
@@ -34,7 +36,7 @@ const (
 	duplicatePromptChars = 1000
 )
 
-func runReferenceDuplicateRequestIDIsolated(t harness.TestingT, s *harness.Suite) {
+func runDuplicateRequestIDIsolated(t harness.TestingT, s *harness.Suite) {
 	requireEndpoints(t, s, 2)
 	r := s.Rand(t)
 	// The adversary is not a random picker but an EPP whose per-request state collides under a

@@ -19,20 +19,22 @@ var malformedSLOCases = []struct{ header, value string }{
 
 func init() {
 	conformance.Register(conformance.ConformanceTest{
-		ShortName: "ReferenceMalformedSLOHeader400",
+		ShortName:   "MalformedSLOHeader400",
+		FormerNames: []string{"ReferenceMalformedSLOHeader400"}, // in the Reference profile until issue 32
 		Description: "A request whose x-slo-ttft-ms or x-slo-tpot-ms is not a finite number >= 0 MUST be refused with an " +
 			"ImmediateResponse 400 whose body names the header, and the EPP MUST keep routing valid requests.",
 		Level:         conformance.LevelEppkit,
-		Profile:       conformance.ProfileReference,
+		Profile:       conformance.ProfileEPPProduction,
+		Features:      []conformance.Feature{conformance.FeatureSLOHeaderValidation},
 		Preconditions: []string{"the EPP runs predicted-latency plugins that read the SLO headers (reference: manifests/epp-configs/conformance.yaml)"},
 		// Upstream v1.5.0 parses the SLO headers leniently and treats an unparsable value as 0
 		// (no SLO); refusing it is eppkit's.
 		Source: "SPEC §4.1 (eppkit: upstream treated it as 0); eppkit reference/plugins/latency ParseSLO",
-		Run:    runReferenceMalformedSLOHeader400,
+		Run:    runMalformedSLOHeader400,
 	})
 }
 
-func runReferenceMalformedSLOHeader400(t harness.TestingT, s *harness.Suite) {
+func runMalformedSLOHeader400(t harness.TestingT, s *harness.Suite) {
 	c := s.ExtProc(t)
 	r := s.Rand(t)
 	for _, tc := range malformedSLOCases {

@@ -10,13 +10,14 @@ import (
 
 func init() {
 	conformance.Register(conformance.ConformanceTest{
-		ShortName: "ReferenceKVCacheLegacyMetricName",
+		ShortName:   "KVCacheLegacyMetricName",
+		FormerNames: []string{"ReferenceKVCacheLegacyMetricName"}, // in the Reference profile until issue 32
 		Description: "With the model servers exporting the KV-cache gauge only under vLLM's name before v0.10 " +
 			"(vllm:gpu_cache_usage_perc), an endpoint whose KV cache is nearly full (use ≥ 0.95 while every other " +
 			"endpoint's is ≤ 0.2) MUST receive at most 5% of new requests with unique prompts.",
 		Level:    conformance.LevelEppkit,
-		Profile:  conformance.ProfileReference,
-		Features: []conformance.Feature{conformance.FeatureKVCacheAwareness},
+		Profile:  conformance.ProfileEPPProduction,
+		Features: []conformance.Feature{conformance.FeatureLegacyKVCacheMetric, conformance.FeatureKVCacheAwareness},
 		Preconditions: []string{
 			"the harness starts a second pool of " + strconv.Itoa(variantPods) + " fakes with --metrics-names legacy " +
 				"(vllm:gpu_cache_usage_perc only, LoRA on; nothing else differs from the run's fleet) and its own instance of " +
@@ -31,13 +32,13 @@ func init() {
 		Source: "SPEC §6 KVCacheAwareness and §7.1 metric-name generations; GIE PR #1905 renamed the gauge's default; " +
 			"upstream v1.5.0 pkg/epp/framework/plugins/datalayer/extractor/metrics/factories.go defaultEngineConfigs; vLLM " +
 			"vllm/engine/metrics.py (v0) and vllm/v1/metrics/loggers.py",
-		Run: runReferenceKVCacheLegacyMetricName,
+		Run: runKVCacheLegacyMetricName,
 	})
 }
 
-// runReferenceKVCacheLegacyMetricName runs KVCacheAwareness's rule (n and bound from the same
+// runKVCacheLegacyMetricName runs KVCacheAwareness's rule (n and bound from the same
 // plan, harness.Shape in runLoadedEndpointAvoided) on a variant pool of legacy-named fakes.
-func runReferenceKVCacheLegacyMetricName(t harness.TestingT, s *harness.Suite) {
+func runKVCacheLegacyMetricName(t harness.TestingT, s *harness.Suite) {
 	if why := s.SidePoolUnsupported(); why != "" {
 		harness.Skip(t, "%s", why)
 	}

@@ -5,7 +5,7 @@ import (
 	"github.com/eppkit/eppkit/conformance/harness"
 )
 
-// Token-id prompt shape of ReferenceTokenIDPrompts: a shared run of tokenPrefixIDs ids (≥ 32
+// Token-id prompt shape of TokenIDPrompts: a shared run of tokenPrefixIDs ids (≥ 32
 // blocks of 16 ids, the upstream default block) and a distinct tail of tokenTailIDs (under a
 // ninth of the prefix, so the follow-up shares ≥ 90% of its prompt).
 const (
@@ -15,20 +15,22 @@ const (
 
 func init() {
 	conformance.Register(conformance.ConformanceTest{
-		ShortName: "ReferenceTokenIDPrompts",
+		ShortName:   "TokenIDPrompts",
+		FormerNames: []string{"ReferenceTokenIDPrompts"}, // in the Reference profile until issue 32
 		Description: "Completions and embeddings requests whose prompt or input is an array of token ids or an array of token-id " +
 			"arrays MUST be routed with the body unchanged, and with equal load a token-id prompt that shares at least 90% of a " +
 			"long run of ids (≥ 32 blocks) with an earlier request MUST go to the endpoint that served it (ids are hashed as ids).",
-		Level:   conformance.LevelEppkit,
-		Profile: conformance.ProfileReference,
+		Level:    conformance.LevelEppkit,
+		Profile:  conformance.ProfileEPPProduction,
+		Features: []conformance.Feature{conformance.FeatureTokenIDPrompts},
 		Preconditions: []string{"the EPP hashes token-id prompts by their ids (4-byte little-endian values in blocks of blockSizeTokens ids)",
 			"prefix-cache affinity as in PrefixCacheAffinity"},
 		Source: "SPEC §9.1 (prompt forms []int and [][]int; upstream v1.5.0 accepts only string and []string) and §2.1",
-		Run:    runReferenceTokenIDPrompts,
+		Run:    runTokenIDPrompts,
 	})
 }
 
-func runReferenceTokenIDPrompts(t harness.TestingT, s *harness.Suite) {
+func runTokenIDPrompts(t harness.TestingT, s *harness.Suite) {
 	pool := requireEndpoints(t, s, 2)
 	r := s.Rand(t)
 	routeForms(t, s, []surfaceCase{

@@ -10,21 +10,23 @@ import (
 
 func init() {
 	conformance.Register(conformance.ConformanceTest{
-		ShortName: "ReferenceAnthropicMessagesRouted",
+		ShortName:   "AnthropicMessagesRouted",
+		FormerNames: []string{"ReferenceAnthropicMessagesRouted"}, // in the Reference profile until issue 32
 		Description: "A POST to /v1/messages (Anthropic Messages, served by vLLM) with a system prompt as a string or as blocks and " +
 			"messages with string or block content MUST be routed with its body forwarded unchanged; a body without a model, " +
 			"without messages or with a message without content or of the wrong shape MUST be refused with 400; and the system " +
 			"prompt MUST take part in the prefix hash (two requests that differ only in it do not score as a full match).",
-		Level:   conformance.LevelEppkit,
-		Profile: conformance.ProfileReference,
+		Level:    conformance.LevelEppkit,
+		Profile:  conformance.ProfileEPPProduction,
+		Features: []conformance.Feature{conformance.FeatureAnthropicMessages},
 		Preconditions: []string{"for the system-prompt part: a full prefix match outweighs a deep waiting queue and a small match does not " +
 			"(the reference's default weights: prefix-cache 3, queue 2); the EPP observes pinned metrics within metricsPropagation"},
 		Source: "SPEC §9.1 (/v1/messages; Anthropic's Messages API as vLLM serves it); upstream v1.5.0 does not know the path",
-		Run:    runReferenceAnthropicMessagesRouted,
+		Run:    runAnthropicMessagesRouted,
 	})
 }
 
-func runReferenceAnthropicMessagesRouted(t harness.TestingT, s *harness.Suite) {
+func runAnthropicMessagesRouted(t harness.TestingT, s *harness.Suite) {
 	r := s.Rand(t)
 	body := func(extra map[string]any) []byte {
 		return apiBody(s.ModelName, map[string]any{"max_tokens": 16}, extra)

@@ -13,21 +13,23 @@ import (
 
 func init() {
 	conformance.Register(conformance.ConformanceTest{
-		ShortName: "ReferenceStaleEndpointFiltered",
+		ShortName:   "StaleEndpointFiltered",
+		FormerNames: []string{"ReferenceStaleEndpointFiltered"}, // in the Reference profile until issue 32
 		Description: "The EPP MUST NOT pick an endpoint of the pool whose metrics scrape fails (stale for longer than its stale " +
 			"threshold) while other endpoints have fresh metrics.",
-		Level:   conformance.LevelEppkit,
-		Profile: conformance.ProfileReference,
+		Level:    conformance.LevelEppkit,
+		Profile:  conformance.ProfileEPPProduction,
+		Features: []conformance.Feature{conformance.FeatureStaleEndpointFiltering},
 		Preconditions: []string{"the EPP scrapes the model servers' /metrics and filters stale endpoints (reference: --stale-threshold, default 1s)",
 			"the EPP prefers an idle endpoint with a nearly empty KV cache (e.g. queue-scorer, kv-cache-utilization-scorer)",
 			"the stale threshold is shorter than metricsPropagation"},
 		// Upstream v1.5.0 only de-prioritises endpoints with stale metrics; filtering them is eppkit's.
 		Source: "SPEC §3 \"Stale endpoints [eppkit]\"; eppkit reference/director",
-		Run:    runReferenceStaleEndpointFiltered,
+		Run:    runStaleEndpointFiltered,
 	})
 }
 
-func runReferenceStaleEndpointFiltered(t harness.TestingT, s *harness.Suite) {
+func runStaleEndpointFiltered(t harness.TestingT, s *harness.Suite) {
 	pool := requireEndpoints(t, s, 2)
 	c := s.ExtProc(t)
 	r := s.Rand(t)
@@ -80,7 +82,7 @@ func runReferenceStaleEndpointFiltered(t harness.TestingT, s *harness.Suite) {
 			return
 		}
 		// Leave the pool as found: wait until the EPP picks the endpoint again.
-		err := harness.Eventually(s.Timeouts.MetricsPropagation.D()+s.Timeouts.EndpointChange.D(), s.Timeouts.Poll.D(), 1, func() error {
+		err := s.Eventually(s.Timeouts.MetricsPropagation.D()+s.Timeouts.EndpointChange.D(), 1, func() error {
 			for i := 0; i < 4*len(pool); i++ {
 				addrs, err := picked()
 				if err != nil {

@@ -10,19 +10,20 @@ import (
 )
 
 // engineSeriesEngines is the number of data-parallel engines behind each pod's one port in
-// ReferenceEngineSeriesSummed.
+// EngineSeriesSummed.
 const engineSeriesEngines = 3
 
 func init() {
 	conformance.Register(conformance.ConformanceTest{
-		ShortName: "ReferenceEngineSeriesSummed",
+		ShortName:   "EngineSeriesSummed",
+		FormerNames: []string{"ReferenceEngineSeriesSummed"}, // in the Reference profile until issue 32
 		Description: "A model server that serves several data-parallel engines behind one port (vLLM's internal load balancing: " +
 			"one series per engine, labelled engine=\"0\"..\"N-1\") MUST be one endpoint whose waiting queue is the sum over its " +
 			"engines: with a deep queue (≥ 20) on one engine other than the first and every other engine idle, it receives at " +
 			"most 5% of new requests.",
 		Level:    conformance.LevelEppkit,
-		Profile:  conformance.ProfileReference,
-		Features: []conformance.Feature{conformance.FeatureDataParallelRanks},
+		Profile:  conformance.ProfileEPPProduction,
+		Features: []conformance.Feature{conformance.FeatureEngineSeriesAggregation},
 		Preconditions: []string{
 			"the harness starts a second pool of " + strconv.Itoa(variantPods) + " fakes with --data-parallel-size " +
 				strconv.Itoa(engineSeriesEngines) + " --data-parallel-mode internal (current names, engine-labelled series) and " +
@@ -34,11 +35,11 @@ func init() {
 		// practice the first); summing the engines is eppkit's (reference/datalayer).
 		Source: "SPEC §7.1 data parallelism as engine-labelled series; GIE #2950 (the EPP ignores every engine but one); vLLM " +
 			"vllm/v1/metrics/loggers.py (per-engine series labelled engine); upstream v1.5.0 pkg/epp/backend/metrics/metrics.go getLatestMetric",
-		Run: runReferenceEngineSeriesSummed,
+		Run: runEngineSeriesSummed,
 	})
 }
 
-func runReferenceEngineSeriesSummed(t harness.TestingT, s *harness.Suite) {
+func runEngineSeriesSummed(t harness.TestingT, s *harness.Suite) {
 	if why := s.SidePoolUnsupported(); why != "" {
 		harness.Skip(t, "%s", why)
 	}
