@@ -361,10 +361,27 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	return s, nil
 }
 
-// shutdown stops every listener once the drain is over (ha.go drain): a stream still open is
-// closed.
+// shutdownGrace bounds how long shutdown lets the ext_proc streams still open end by
+// themselves: a request that completed during the drain had its last answer queued, not yet
+// written, and grpc.Server.Stop would drop it with the connection (the client then sees the
+// response cut short before its end).
+const shutdownGrace = 2 * time.Second
+
+// shutdown stops every listener once the drain is over (ha.go drain): it stops accepting, lets
+// the streams still open end within shutdownGrace (GracefulStop flushes what was sent), then
+// closes what is left.
 func (s *Server) shutdown() {
-	s.grpcSrv.Stop()
+	done := make(chan struct{})
+	go func() {
+		s.grpcSrv.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(shutdownGrace):
+		s.grpcSrv.Stop()
+		<-done
+	}
 	if s.healthSrv != nil {
 		s.healthSrv.Stop()
 	}
