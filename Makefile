@@ -107,7 +107,10 @@ tools-llmd-router: build
 # commas go through variables (make splits $(call) arguments on commas).
 INTEROP_OUT      ?= reports/interop
 INTEROP_EXPECT   := reports/interop/expected-failures
-INTEROP_FEATURES ?= OpenAIRequestParsing,PrefixCacheAffinity,QueueAwareness,KVCacheAwareness,LoRAAffinity,SubsetHintIPMatching
+# The features the interop runs claim: the routing features these EPPs' default configs can show,
+# and every EPP-Production feature, so the reports say which production rules upstream keeps.
+INTEROP_FEATURES ?= OpenAIRequestParsing,PrefixCacheAffinity,QueueAwareness,KVCacheAwareness,LoRAAffinity,SubsetHintIPMatching,$(PRODUCTION_FEATURES)
+PRODUCTION_FEATURES := RequestIDIsolation,StreamSurvivesRefusal,StaleEndpointFiltering,SLOHeaderValidation,LegacyKVCacheMetric,EngineSeriesAggregation,AnthropicMessages,TokenIDPrompts,MultimodalPrefixIdentity,PartialBlockHashing,RequestHeaderOverwrite
 INTEROP_FLAGS    ?=
 INTEROP_FLAGS_PREDICTOR ?=
 INTEROP_RUNS     := interop-llmd-router-v0.10.0 interop-llmd-router-v0.10.0-tls interop-llmd-router-v0.10.0-lora \

@@ -30,7 +30,8 @@ const (
 	// LevelMUST is the EPP protocol (GIE proposal 004): every EPP must do this. Only MUST rules
 	// belong to the core EPP profile.
 	LevelMUST Level = "MUST"
-	// LevelUpstream is what GIE's EPP v1.5.0 does; tested only under an extended feature.
+	// LevelUpstream is what the upstream EPP, llm-d-router v0.10.0 (UpstreamEPP), does; tested only
+	// under an extended feature. Before December 2026 it meant GIE v1.5.0's EPP.
 	LevelUpstream Level = "upstream"
 	// LevelEppkit is eppkit's own fix or extension; tested in the EPP-Production profile (under
 	// a feature an implementation claims) or in the Reference profile.
@@ -81,7 +82,7 @@ const (
 	// FeatureDataParallelRanks: endpoints that expose several data-parallel ranks.
 	FeatureDataParallelRanks Feature = "DataParallelRanks"
 	// FeatureSubsetHintIPMatching: the subset hint is matched by IP, whatever port it names
-	// (upstream v1.5.0 pkg/epp/requestcontrol/candidates.go). GIE proposal 004 lists ip:port
+	// (llm-d-router v0.10.0 pkg/epp/requestcontrol/candidates.go Locate, as GIE v1.5.0). GIE proposal 004 lists ip:port
 	// addresses, so the core EPP profile checks hints that carry the pool's own ip:port only.
 	FeatureSubsetHintIPMatching Feature = "SubsetHintIPMatching"
 	// FeatureHighAvailability: several replicas of the EPP for one pool with leader election
@@ -94,8 +95,9 @@ const (
 	// tcp://<endpoint IP>:5557 (replay 5558).
 	FeaturePrecisePrefixCache Feature = "PrecisePrefixCache"
 	// FeatureRequestHeaderOverwrite: every request header the EPP sets replaces the value the
-	// request carried (SPEC §9.3). Apart from OpenAIRequestParsing because an EPP that returns the
-	// pick as metadata only (valid by the protocol) may set no header at all.
+	// request carried (SPEC §9.3), an EPP-Production feature: no upstream EPP does it (llm-d-router
+	// v0.10.0 and GIE v1.5.0 append). Apart from OpenAIRequestParsing because an EPP that returns
+	// the pick as metadata only (valid by the protocol) may set no header at all.
 	FeatureRequestHeaderOverwrite Feature = "RequestHeaderOverwrite"
 
 	// The EPP-Production features (ProductionFeatures).
@@ -134,7 +136,7 @@ var AllFeatures = append([]Feature{
 	FeatureOpenAIRequestParsing, FeaturePrefixCacheAffinity, FeatureQueueAwareness,
 	FeatureKVCacheAwareness, FeatureLoRAAffinity, FeaturePredictedLatency,
 	FeatureRequestShedding, FeatureEndpointChurn, FeatureDataParallelRanks,
-	FeatureSubsetHintIPMatching, FeatureRequestHeaderOverwrite, FeatureHighAvailability, FeaturePrecisePrefixCache,
+	FeatureSubsetHintIPMatching, FeatureHighAvailability, FeaturePrecisePrefixCache,
 }, ProductionFeatures...)
 
 // ProductionFeatures are the features of the EPP-Production profile, in a stable order; every
@@ -143,7 +145,7 @@ var ProductionFeatures = []Feature{
 	FeatureRequestIDIsolation, FeatureStreamSurvivesRefusal, FeatureStaleEndpointFiltering,
 	FeatureSLOHeaderValidation, FeatureLegacyKVCacheMetric, FeatureEngineSeriesAggregation,
 	FeatureAnthropicMessages, FeatureTokenIDPrompts, FeatureMultimodalPrefixIdentity,
-	FeaturePartialBlockHashing,
+	FeaturePartialBlockHashing, FeatureRequestHeaderOverwrite,
 }
 
 // FeatureProfile is the profile whose report lists f as supported or unsupported:

@@ -38,8 +38,10 @@ func init() {
 				"rank0..rank0+2 and Ready pods",
 			"among idle endpoints serving unique prompts the EPP spreads its picks at least as evenly as a uniform random choice",
 		},
-		Source: "GIE v1.5.0 api/v1/inferencepool_types.go (spec.targetPorts, 1–8 ports); pkg/epp/datastore/datastore.go " +
-			"(one endpoint per pod and target port, named <pod>-rank-<i>); vLLM --data-parallel-size (rank i on port+i)",
+		Source: "llm-d-router v0.10.0 pkg/epp/datastore/datastore.go podUpdateOrAddIfNotExist and " +
+			"createEndpointNamespacedName: one endpoint <pod>-rank-<i> per InferencePool targetPort " +
+			"(spec.targetPorts, 1–8 ports), each scraped on its own port; same in GIE v1.5.0. vLLM " +
+			"--data-parallel-size serves rank i on port+i.",
 		Run: runDataParallelRanks,
 	})
 }

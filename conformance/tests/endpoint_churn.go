@@ -20,7 +20,9 @@ func init() {
 		Features: []conformance.Feature{conformance.FeatureEndpointChurn},
 		Preconditions: []string{"the EPP discovers the pool from an InferencePool and its Pods (endpoint source apiserver); skipped with the static source, which cannot change the pool",
 			"the EPP observes Pod deletions and creations within endpointChange"},
-		Source:         "SPEC §6 EndpointChurn (upstream v1.5.0 pkg/epp/controller/pod_reconciler.go: deleted Pods leave the datastore)",
+		Source: "llm-d-router v0.10.0 pkg/epp/controller/pod_reconciler.go Reconcile and updateDatastore: a deleted, " +
+			"unready or relabelled Pod leaves the datastore, a Ready matching Pod is added; same in GIE v1.5.0. " +
+			"SPEC §6 EndpointChurn.",
 		EndpointSource: "apiserver",
 		Run:            runEndpointChurn,
 	})

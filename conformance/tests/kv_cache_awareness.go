@@ -29,10 +29,11 @@ func init() {
 			"the EPP observes new metrics within metricsPropagation",
 			"the run's fleet exports current vLLM names (--metrics-names current: vllm:kv_cache_usage_perc only), so an EPP " +
 				"that reads only the name of vLLM before v0.10 fails; the legacy name is KVCacheLegacyMetricName's"},
-		Source: "SPEC §3 kv-cache-utilization-scorer, §6 KVCacheAwareness and §7.1 metric-name generations (upstream v1.5.0 " +
-			"pkg/epp/scheduling/framework/plugins/scorer/kvcache_utilization.go and " +
-			"pkg/epp/datalayer/extractor/metrics/factories.go defaultEngineConfigs; GIE PR #1905 renamed the gauge's default; " +
-			"vLLM vllm/v1/metrics/loggers.py)",
+		Source: "llm-d-router v0.10.0 " +
+			"pkg/epp/framework/plugins/scheduling/scorer/kvcacheutilization/kvcache_utilization.go Score (1 − KV " +
+			"use) with the gauge vllm:kv_cache_usage_perc from " +
+			"pkg/epp/framework/plugins/datalayer/extractor/metrics/factories.go defaultEngineConfigs; same in GIE " +
+			"v1.5.0 (renamed default: GIE PR #1905). SPEC §3, §6, §7.1; vLLM vllm/v1/metrics/loggers.py.",
 		Run: runKVCacheAwareness,
 	})
 }

@@ -25,9 +25,13 @@ func init() {
 				"vllm:lora_requests_info family) and its own instance of the EPP (the run's config) gets base-model requests " +
 				"while one endpoint has a deep waiting queue, so the EPP must also be queue-aware (e.g. queue-scorer); the address " +
 				"and cluster targets, which run one EPP, check only the run's fleet (the log says so)"},
-		Source: "SPEC §3 lora-affinity-scorer, §6 LoRAAffinity and §7.1 LoRA info only with LoRA (upstream v1.5.0 " +
-			"pkg/epp/scheduling/framework/plugins/scorer/lora_affinity.go; vLLM vllm/v1/metrics/loggers.py registers the family " +
-			"only with a LoRA config; llm-d-router #926: an EPP that errors on the missing family)",
+		Source: "llm-d-router v0.10.0 pkg/epp/framework/plugins/scheduling/scorer/loraaffinity/lora_affinity.go Score " +
+			"(Beta, not in the default config of pkg/epp/config/loader/defaults.go) and " +
+			"pkg/epp/framework/plugins/datalayer/extractor/metrics/loraspec.go getLatestMetric (a missing " +
+			"vllm:lora_requests_info family is skipped silently, llm-d-router #926). GIE v1.5.0 same scorer " +
+			"(pkg/epp/framework/plugins/scheduling/scorer/loraaffinity/lora_affinity.go); its loraspec.go " +
+			"reported the missing family as an extract error. vLLM registers the family only with LoRA " +
+			"(vllm/v1/metrics/loggers.py).",
 		Run: runLoRAAffinity,
 	})
 }

@@ -17,8 +17,12 @@ func init() {
 		Profile:       conformance.ProfileEPPRouting,
 		Features:      []conformance.Feature{conformance.FeatureOpenAIRequestParsing},
 		Preconditions: []string{"the EPP parses OpenAI completions and chat completions bodies"},
-		Source:        "SPEC §5.2 and §5.3 (upstream v1.5.0 pkg/epp/handlers/request.go and pkg/common/error/error.go: BadRequest → 400)",
-		Run:           runOpenAIBadRequest400,
+		Source: "llm-d-router v0.10.0 pkg/epp/framework/plugins/requesthandling/parsers/openai/openai.go ParseRequest " +
+			"and extractRequestBody (bad JSON, empty messages), pkg/epp/requestcontrol/director.go " +
+			"modelRewriteIfNeeded (no model), 400 via pkg/common/error/error.go BuildErrResponse. GIE v1.5.0 " +
+			"pkg/epp/requestcontrol/director.go processRequestBody/mutateModel: the same 400s, the model check " +
+			"before any rewrite. SPEC §5.2, §5.3.",
+		Run: runOpenAIBadRequest400,
 	})
 }
 

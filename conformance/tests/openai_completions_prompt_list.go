@@ -16,8 +16,10 @@ func init() {
 		Profile:       conformance.ProfileEPPRouting,
 		Features:      []conformance.Feature{conformance.FeatureOpenAIRequestParsing},
 		Preconditions: []string{"the EPP parses OpenAI completions bodies"},
-		Source: "SPEC §9.1 (completions prompt: string or []string in upstream v1.5.0, " +
-			"pkg/epp/framework/interface/scheduling/types.go Prompt.UnmarshalJSON; OpenAI's completions API)",
+		Source: "llm-d-router v0.10.0 pkg/epp/framework/interface/requesthandling/types.go " +
+			"Prompt.UnmarshalJSON/parseArrayInput (string, []string or []int) via parsers/openai/openai.go " +
+			"extractRequestBody. GIE v1.5.0 pkg/epp/framework/interface/scheduling/types.go Prompt.UnmarshalJSON: " +
+			"string or []string only. SPEC §9.1; OpenAI completions API.",
 		Run: runOpenAICompletionsPromptList,
 	})
 }

@@ -14,8 +14,13 @@ func init() {
 		Profile:       conformance.ProfileEPPRouting,
 		Features:      []conformance.Feature{conformance.FeatureOpenAIRequestParsing},
 		Preconditions: []string{"the EPP recognises the embeddings API by its path"},
-		Source: "SPEC §9.1 (/v1/embeddings, input forms of OpenAI's embeddings API); upstream v1.5.0 " +
-			"pkg/epp/framework/plugins/requesthandling/parsers/openai/openai.go determineAPITypeFromPath (/embeddings)",
+		Source: "llm-d-router v0.10.0 pkg/epp/framework/plugins/requesthandling/parsers/openai/openai.go " +
+			"determineAPITypeFromPath/extractRequestBody with " +
+			"pkg/epp/framework/interface/requesthandling/types.go EmbeddingsInput.UnmarshalJSON/parseArrayInput: " +
+			"string, []string and []int are accepted, [][]int is refused 400. GIE v1.5.0 " +
+			"pkg/epp/framework/interface/scheduling/types.go EmbeddingsRequest (Input any): every input form " +
+			"routed. SPEC §9.1; OpenAI embeddings API.\" (If the `[][]int` case is removed from the test — §C — " +
+			"drop the \"[][]int is refused\" clause.)",
 		Run: runOpenAIEmbeddingsRouted,
 	})
 }

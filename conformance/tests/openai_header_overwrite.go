@@ -23,12 +23,15 @@ func init() {
 			"arrives with a forged x-gateway-destination-endpoint and a wrong Content-Length, applying the EPP's header mutation " +
 			"with Envoy's append_action semantics MUST leave exactly one value of each header it set (its own), never the " +
 			"client's value beside it.",
-		Level:         conformance.LevelUpstream,
-		Profile:       conformance.ProfileEPPRouting,
+		Level:         conformance.LevelEppkit,
+		Profile:       conformance.ProfileEPPProduction,
 		Features:      []conformance.Feature{conformance.FeatureRequestHeaderOverwrite},
 		Preconditions: []string{"the EPP sets the pick as the request header x-gateway-destination-endpoint (the protocol also allows metadata only)"},
-		Source: "SPEC §9.3 (append_action OVERWRITE_IF_EXISTS_OR_ADD; upstream intent, agentgateway #905 shows what appending " +
-			"does); envoy config/core/v3/base.proto HeaderValueOption.append_action (default APPEND_IF_EXISTS_OR_ADD)",
+		Source: "SPEC §9.3 [eppkit]: append_action OVERWRITE_IF_EXISTS_OR_ADD; envoy config/core/v3/base.proto " +
+			"HeaderValueOption.append_action (default APPEND_IF_EXISTS_OR_ADD); agentgateway #905. No upstream EPP has " +
+			"done it: llm-d-router v0.10.0 pkg/epp/handlers/request.go generateHeaders sets no append_action, so with " +
+			"append_action semantics the client's value stays beside the EPP's; the same in GIE v1.5.0. A production rule " +
+			"(EPP-Production) since December 2026, when [upstream] came to mean llm-d-router v0.10.0.",
 		Run: runOpenAIHeaderOverwrite,
 	})
 }

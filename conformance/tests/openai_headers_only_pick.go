@@ -15,8 +15,11 @@ func init() {
 		Profile:       conformance.ProfileEPPRouting,
 		Features:      []conformance.Feature{conformance.FeatureOpenAIRequestParsing},
 		Preconditions: []string{"the EPP routes requests without a body (e.g. GET /v1/models)"},
-		Source:        "SPEC §5.2 (upstream v1.5.0 pkg/epp/handlers/server.go: headers with end_of_stream are scheduled at once)",
-		Run:           runOpenAIHeadersOnlyPick,
+		Source: "llm-d-router v0.10.0 pkg/epp/handlers/request.go HandleRequestHeaders/fallbackToRandomEndpoint: a " +
+			"request whose headers end the stream gets a random datastore endpoint " +
+			"(pkg/epp/requestcontrol/director.go GetRandomEndpoint) at the headers phase; same in GIE v1.5.0 " +
+			"pkg/epp/handlers/request.go HandleRequestHeaders. SPEC §5.2.",
+		Run: runOpenAIHeadersOnlyPick,
 	})
 }
 

@@ -27,8 +27,10 @@ func init() {
 		Profile:       conformance.ProfileEPPRouting,
 		Features:      []conformance.Feature{conformance.FeatureOpenAIRequestParsing},
 		Preconditions: []string{"the EPP reads the x-gateway-* request headers", "an unknown objective name means the default priority"},
-		Source:        "SPEC §5.2 (upstream v1.5.0 pkg/epp/util/request/headers.go: system-owned headers are not set back)",
-		Run:           runOpenAIInputHeadersNotEchoed,
+		Source: "llm-d-router v0.10.0 pkg/epp/util/request/headers.go IsSystemOwnedHeader (x-llm-d-* control headers " +
+			"and their x-gateway-* aliases), applied by pkg/epp/handlers/request.go generateHeaders; GIE v1.5.0 " +
+			"same function with the x-gateway-* names only. SPEC §5.2.",
+		Run: runOpenAIInputHeadersNotEchoed,
 	})
 }
 

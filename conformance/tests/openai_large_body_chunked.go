@@ -25,8 +25,10 @@ func init() {
 		Profile:       conformance.ProfileEPPRouting,
 		Features:      []conformance.Feature{conformance.FeatureOpenAIRequestParsing},
 		Preconditions: []string{"the EPP parses OpenAI chat completions bodies", "bodies in FULL_DUPLEX_STREAMED mode"},
-		Source:        "SPEC §5.2 (upstream v1.5.0 pkg/common/envoy/chunking.go, 62,000-byte chunks; pkg/epp/handlers/server.go Content-Length)",
-		Run:           runOpenAILargeBodyChunked,
+		Source: "llm-d-router v0.10.0 pkg/common/envoy/chunking.go BuildChunkedBodyResponses (62,000-byte chunks) and " +
+			"pkg/epp/handlers/request.go generateHeaders (Content-Length = re-marshaled size from " +
+			"pkg/epp/requestcontrol/director.go repackage); same in GIE v1.5.0. SPEC §5.2.",
+		Run: runOpenAILargeBodyChunked,
 	})
 }
 

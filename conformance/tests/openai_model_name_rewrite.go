@@ -23,8 +23,11 @@ func init() {
 		Profile:       conformance.ProfileEPPRouting,
 		Features:      []conformance.Feature{conformance.FeatureOpenAIRequestParsing},
 		Preconditions: []string{"the EPP parses OpenAI completions and chat completions bodies", "the rewrite target is a model the pool serves (a LoRA adapter of the fleet)"},
-		Source:        "SPEC §5.2 (x-gateway-model-name-rewrite: the body's model is rewritten; upstream v1.5.0 pkg/epp/requestcontrol/director.go)",
-		Run:           runOpenAIModelNameRewrite,
+		Source: "llm-d-router v0.10.0 pkg/epp/handlers/request.go HandleRequestHeaders (x-llm-d-model-name-rewrite, " +
+			"alias x-gateway-model-name-rewrite) and pkg/epp/requestcontrol/director.go " +
+			"modelRewriteIfNeeded/repackage. GIE v1.5.0 pkg/epp/requestcontrol/director.go mutateModel, header " +
+			"x-gateway-model-name-rewrite only. SPEC §5.2.",
+		Run: runOpenAIModelNameRewrite,
 	})
 }
 

@@ -22,8 +22,10 @@ func init() {
 		Preconditions: []string{"the EPP applies InferenceModelRewrites of its pool: the apiserver source creates " + harness.ModelRewriteName +
 			" (" + harness.ModelRewriteAlias + " → two LoRA adapters of the fleet, weights 3 and 1); with a static pool the EPP must be " +
 			"given the same rule ({{.ModelRewritesFile}}; the reference takes --model-rewrites)"},
-		Source: "SPEC §9.4 (GIE InferenceModelRewrite v1alpha2, apix/v1alpha2/inferencemodelrewrite_types.go; upstream v1.5.0 " +
-			"pkg/epp/requestcontrol/director.go applyWeightedModelRewrite)",
+		Source: "llm-d-router v0.10.0 pkg/epp/requestcontrol/director.go " +
+			"applyWeightedModelRewrite/selectWeightedModel with pkg/epp/datastore/modelrewritestore.go getRule " +
+			"(InferenceModelRewrite in llm-d.ai/v1alpha2 or, when that group is not served, " +
+			"inference.networking.x-k8s.io/v1alpha2); same rule in GIE v1.5.0 (x-k8s.io group only). SPEC §9.4.",
 		Run: runOpenAIModelRewriteWeighted,
 	})
 }

@@ -24,8 +24,9 @@ func init() {
 		// with status OK after the ImmediateResponse (pkg/epp/handlers/server.go), which Envoy
 		// tolerates since it opens one stream per HTTP request. Both pass here; a stream that
 		// outlives a refusal is tested in the Reference profile (StreamSurvivesRefusal).
-		Source: "SPEC §5.2 and §5.3 (\"A refused request never breaks the stream or the process\"; upstream v1.5.0 pkg/epp/handlers/server.go)",
-		Run:    runOpenAIRefusalKeepsServing,
+		Source: "llm-d-router v0.10.0 pkg/epp/handlers/server.go Process: after an ImmediateResponse the stream " +
+			"returns nil (gRPC OK), other streams are untouched; same in GIE v1.5.0. SPEC §5.2, §5.3.",
+		Run: runOpenAIRefusalKeepsServing,
 	})
 }
 

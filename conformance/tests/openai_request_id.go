@@ -18,8 +18,10 @@ func init() {
 		Profile:       conformance.ProfileEPPRouting,
 		Features:      []conformance.Feature{conformance.FeatureOpenAIRequestParsing},
 		Preconditions: []string{"the EPP parses OpenAI completions and chat completions bodies"},
-		Source:        "SPEC §5.2 (headers: x-request-id, generated when absent; upstream v1.5.0 pkg/epp/handlers/request.go)",
-		Run:           runOpenAIRequestID,
+		Source: "llm-d-router v0.10.0 pkg/epp/handlers/server.go Process (a missing x-request-id gets a UUIDv4) and " +
+			"pkg/epp/handlers/request.go generateHeaders (sets it back, a client's id unchanged); same in GIE " +
+			"v1.5.0. SPEC §5.2.",
+		Run: runOpenAIRequestID,
 	})
 }
 

@@ -24,8 +24,12 @@ func init() {
 		Profile:       conformance.ProfileEPPRouting,
 		Features:      []conformance.Feature{conformance.FeatureOpenAIRequestParsing},
 		Preconditions: []string{"the EPP processes response bodies in FULL_DUPLEX_STREAMED mode"},
-		Source:        "SPEC §5.2 (response phases pass the body through; usage from SSE events with any chunk split, [DONE] included, or the JSON body; a malformed usage block is ignored; upstream v1.5.0 pkg/epp/handlers/response.go)",
-		Run:           runOpenAIResponseUsageRobust,
+		Source: "llm-d-router v0.10.0 pkg/epp/handlers/response.go HandleResponseBody with " +
+			"pkg/epp/framework/plugins/requesthandling/parsers/openai/openai.go " +
+			"extractUsage/extractUsageStreaming: bodies pass through, a malformed usage block is a logged error. " +
+			"GIE v1.5.0 openai.go extractUsage: an unchecked type assertion panics on a non-object usage. SPEC " +
+			"§5.2.",
+		Run: runOpenAIResponseUsageRobust,
 	})
 }
 

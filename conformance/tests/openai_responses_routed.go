@@ -14,8 +14,9 @@ func init() {
 		Profile:       conformance.ProfileEPPRouting,
 		Features:      []conformance.Feature{conformance.FeatureOpenAIRequestParsing},
 		Preconditions: []string{"the EPP recognises the Responses API by its path"},
-		Source: "SPEC §9.1 (/v1/responses: input string or items, instructions); upstream v1.5.0 " +
-			"pkg/epp/framework/plugins/requesthandling/parsers/openai/openai.go (responsesAPI)",
+		Source: "llm-d-router v0.10.0 pkg/epp/framework/plugins/requesthandling/parsers/openai/openai.go " +
+			"determineAPITypeFromPath/extractRequestBody (responses: any non-null input); same in GIE v1.5.0. " +
+			"SPEC §9.1.",
 		Run: runOpenAIResponsesRouted,
 	})
 }

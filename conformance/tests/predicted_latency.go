@@ -36,8 +36,11 @@ func init() {
 			"the EPP learns from the responses it proxies (streamed SSE, include_usage) within predictorWarmup",
 			"the EPP can tell endpoints of unequal speed apart under equal load (eppkit: perEndpointCalibration)",
 		},
-		Source: "SPEC §4 and §6 PredictedLatency (upstream v1.5.0 pkg/epp/framework/plugins/scheduling/filter/sloheadroomtier, scorer/latency)",
-		Run:    runPredictedLatency,
+		Source: "llm-d-router v0.10.0 pkg/epp/framework/plugins/requestcontrol/dataproducer/predictedlatency Produce, " +
+			"pkg/epp/framework/plugins/scheduling/filter/sloheadroomtier Filter and scheduling/scorer/latency " +
+			"Score (header x-llm-d-slo-ttft-ms, alias x-slo-ttft-ms). GIE v1.5.0: same filter and scorer, " +
+			"producer in requestcontrol/requestdataproducer/predictedlatency, header x-slo-ttft-ms. SPEC §4, §6.",
+		Run: runPredictedLatency,
 	})
 }
 

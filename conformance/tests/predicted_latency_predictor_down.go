@@ -23,8 +23,10 @@ func init() {
 			"the EPP uses the latency predictor sidecar the harness runs ({{.PredictorURL}}; the reference: --predictor-url); " +
 				"an EPP with an in-process predictor passes trivially",
 		},
-		Source: "SPEC §4.3 (predictor unavailable: composite fallback, no request fails); upstream v1.5.0 " +
-			"pkg/epp/framework/plugins/scheduling/scorer/latency (composite fallback)",
+		Source: "llm-d-router v0.10.0 pkg/epp/framework/plugins/scheduling/scorer/latency/plugin.go Score (composite " +
+			"fallback without predictions), filter/sloheadroomtier Filter (keeps all) and " +
+			"requestcontrol/dataproducer/predictedlatency Produce (a failed prediction stores nothing, no error); " +
+			"same in GIE v1.5.0. SPEC §4.3.",
 		Run: runPredictedLatencyPredictorDown,
 	})
 }

@@ -27,8 +27,12 @@ func init() {
 		Features: []conformance.Feature{conformance.FeaturePrefixCacheAffinity},
 		Preconditions: []string{"the EPP scores prefix-cache affinity (e.g. approx-prefix-cache-producer + prefix-cache-scorer) and indexes a request's prefix when it picks",
 			"completions prompts are hashed as text"},
-		Source: "SPEC §2 and §6 PrefixCacheAffinity (upstream v1.5.0 pkg/epp/scheduling/framework/plugins/multi/prefix)",
-		Run:    runPrefixCacheAffinity,
+		Source: "llm-d-router v0.10.0 " +
+			"pkg/epp/framework/plugins/requestcontrol/dataproducer/approximateprefix/plugin.go Produce/PreRequest " +
+			"(hashes: dataproducer/prefixhash/hashing.go GetBlockHashes) and scheduling/scorer/prefix/plugin.go " +
+			"Score. GIE v1.5.0 same producer/scorer pair, hashing chars (approximateprefix/hashing.go " +
+			"hashPrompt), ≤ 256 blocks, partial block dropped. SPEC §2, §6.",
+		Run: runPrefixCacheAffinity,
 	})
 }
 

@@ -26,8 +26,9 @@ func init() {
 		Features: []conformance.Feature{conformance.FeatureQueueAwareness},
 		Preconditions: []string{"the EPP scrapes vllm:num_requests_waiting from the model servers' /metrics (e.g. queue-scorer)",
 			"the EPP observes new metrics within metricsPropagation"},
-		Source: "SPEC §3 queue-scorer and §6 QueueAwareness (upstream v1.5.0 pkg/epp/scheduling/framework/plugins/scorer/queue.go)",
-		Run:    runQueueAwareness,
+		Source: "llm-d-router v0.10.0 pkg/epp/framework/plugins/scheduling/scorer/queuedepth/queue.go Score " +
+			"(vllm:num_requests_waiting, min-max normalised); same in GIE v1.5.0. SPEC §3, §6.",
+		Run: runQueueAwareness,
 	})
 }
 

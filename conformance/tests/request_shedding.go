@@ -36,8 +36,10 @@ func init() {
 			"the saturation detector uses thresholds below waiting 50 and KV-cache use 0.99 (upstream defaults: 5 and 0.8)",
 			"the EPP observes new metrics within metricsPropagation",
 		},
-		Source: "SPEC §3 saturation and shedding, §4.3 latency-slo-admitter, §6 RequestShedding (upstream v1.5.0 " +
-			"pkg/epp/requestcontrol/director.go admission, pkg/epp/framework/plugins/requestcontrol/admitter/latencyslo)",
+		Source: "llm-d-router v0.10.0 pkg/epp/requestcontrol/admission.go LegacyAdmissionController.Admit/ " +
+			"rejectIfSheddableAndSaturated (priority < 0 and utilization saturation ≥ 1 ⇒ 429; " +
+			"framework/plugins/flowcontrol/saturationdetector/utilization/detector.go Saturation); same in GIE " +
+			"v1.5.0. SPEC §3, §6.",
 		Run: runRequestShedding,
 	})
 }

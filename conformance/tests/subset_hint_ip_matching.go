@@ -19,9 +19,9 @@ func init() {
 		Preconditions: []string{"the EPP serves the pool's base model",
 			"fleet members on distinct IPs (127.0.10.x loopback aliases)",
 			"the hint's ports are the pool's port + 1000, where no endpoint listens; the pick is the pool's own ip:port"},
-		Source: "upstream v1.5.0 pkg/epp/requestcontrol/candidates.go (each hint entry is cut at its last ':' and " +
-			"compared with the pod IPs; GIE v1.4.0 locator.go the same); GIE proposal 004 lists ip:port and does not say " +
-			"ports may differ, so the core EPPSubsetHint sends the pool's own addresses; SPEC §5.1",
+		Source: "llm-d-router v0.10.0 pkg/epp/requestcontrol/candidates.go DatastoreEndpointCandidates.Locate: each " +
+			"hint entry is cut at its last ':' and matched against pod IPs; same in GIE v1.5.0 (and v1.4.0 " +
+			"locator.go). GIE proposal 004 lists ip:port without saying ports may differ; SPEC §5.1.",
 		Run: runSubsetHintIPMatching,
 	})
 }
