@@ -27,13 +27,12 @@ import (
 	"github.com/eppkit/eppkit/reference/framework"
 )
 
-// Request headers the director reads (SPEC §5.2). Upstream: gateway-api-inference-extension,
-// pkg/epp/metadata/consts.go and pkg/common/request.
+// Request headers the director reads (SPEC §5.2, §10). The control headers (objective, model
+// rewrite, fairness id, SLOs) and their aliases are framework.Header*, read with
+// framework.RequestHeader; upstream: llm-d-router v0.10.0 pkg/epp/metadata/consts.go and
+// pkg/common/request/constants.go.
 const (
-	HeaderRequestID        = "x-request-id"
-	HeaderObjective        = "x-gateway-inference-objective"
-	HeaderFairnessID       = "x-gateway-inference-fairness-id"
-	HeaderModelNameRewrite = "x-gateway-model-name-rewrite"
+	HeaderRequestID = "x-request-id"
 	// HeaderPath is the HTTP/2 pseudo-header Envoy sends with the request path.
 	HeaderPath = ":path"
 )
@@ -212,9 +211,11 @@ func (r *Result) Destination() string { return strings.Join(r.Targets, ",") }
 //     a headers-only request (empty Body) is scheduled without a body;
 //  2. builds the LLMRequest: a fresh EPP-internal RequestID (the key of every per-request store,
 //     SPEC §9.2), the x-request-id as a label (generated when absent), the target model (SPEC
-//     §9.4: x-gateway-model-name-rewrite, else the model rewrite rule for the body's model picked
+//     §9.4: x-llm-d-model-name-rewrite (alias x-gateway-model-name-rewrite), else the model rewrite rule for the body's model picked
 //     by weight, else the body's model; the body is re-encoded when it changes), the objective
-//     (x-gateway-inference-objective) and its priority from the endpoint source (absent = 0);
+//     (x-llm-d-inference-objective, alias x-gateway-inference-objective; a value that cannot
+//     name an object is 400) and its priority from the endpoint source (absent = 0), the
+//     fairness id (x-llm-d-inference-fairness-id);
 //  3. candidates = the source's endpoints, narrowed to the subset hint by IP (present but
 //     empty → 503; nothing left → 503), each with a snapshot of its metrics;
 //  4. shedding: a sheddable request (priority < 0) is refused with 429 when the pool is
@@ -259,7 +260,9 @@ func (d *Director) HandleRequest(ctx context.Context, in *Input) (res *Result, e
 		RequestID:  d.nextRequestID(),
 		XRequestID: headers[HeaderRequestID],
 		Headers:    headers,
-		Objective:  headers[HeaderObjective],
+	}
+	if err = readControlHeaders(req); err != nil {
+		return nil, err
 	}
 	if req.XRequestID == "" {
 		req.XRequestID = d.newID()
@@ -271,7 +274,8 @@ func (d *Director) HandleRequest(ctx context.Context, in *Input) (res *Result, e
 			req.Priority = p
 		}
 	}
-	req.TargetModel = headers[HeaderModelNameRewrite]
+	req.TargetModel, _, _ = framework.RequestHeader(headers, framework.HeaderModelNameRewrite)
+	req.TargetModel = strings.TrimSpace(req.TargetModel)
 	if parsed != nil {
 		req.Body = parsed.Body
 		res.API = parsed.API

@@ -57,9 +57,10 @@ const (
 )
 
 // The request header mutation sets only the pick, Content-Length (when a body is sent) and a
-// generated x-request-id: the gateway's input headers (x-gateway-inference-objective,
-// x-gateway-model-name-rewrite, ...) are never set back, which is what upstream v1.5.0 achieves
-// by skipping its system-owned headers (pkg/epp/util/request/headers.go, IsSystemOwnedHeader).
+// generated x-request-id: the gateway's input headers (x-llm-d-inference-objective,
+// x-llm-d-model-name-rewrite, their x-gateway-* aliases, ...) are never set back, which is what
+// llm-d-router v0.10.0 achieves by skipping its system-owned headers
+// (pkg/epp/util/request/headers.go IsSystemOwnedHeader).
 
 // Server implements extprocv3.ExternalProcessorServer.
 type Server struct {
@@ -464,6 +465,10 @@ func chunks(b []byte, limit int) []chunk {
 	}
 	return out
 }
+
+// DroppedReasonHeader names why flow control refused a request (llm-d-router v0.10.0
+// pkg/common/error/error.go RequestDroppedReasonHeaderKey).
+const DroppedReasonHeader = "x-llm-d-request-dropped-reason"
 
 // ReasonHeader is the response header of every ImmediateResponse that names the refusal's cause
 // (director.ReasonFor: bad-request, shed, filtered-out, no-endpoints, empty-subset, internal)

@@ -11,15 +11,19 @@ type LLMRequest struct {
 	// label for logs and the forwarded request only, never a key.
 	XRequestID string
 	// TargetModel is the model the request is served by, after rewrites (SPEC §9.4: the
-	// x-gateway-model-name-rewrite header, else an InferenceModelRewrite rule, else the body's
+	// x-llm-d-model-name-rewrite header (alias x-gateway-model-name-rewrite), else an InferenceModelRewrite rule, else the body's
 	// model): a base model or a LoRA adapter name.
 	TargetModel string
 	// Headers are the request headers, keys lower case.
 	Headers map[string]string
 	// Body is the parsed body; nil for headers-only requests.
 	Body *LLMRequestBody
-	// Objective is the InferenceObjective name (x-gateway-inference-objective), possibly empty.
+	// Objective is the InferenceObjective name (x-llm-d-inference-objective, alias
+	// x-gateway-inference-objective), possibly empty.
 	Objective string
+	// FairnessID is the request's flow for flow control (x-llm-d-inference-fairness-id, alias
+	// x-gateway-inference-fairness-id); DefaultFairnessID when absent or empty.
+	FairnessID string
 	// Priority is the objective's priority; sheddable when < 0.
 	Priority int
 }

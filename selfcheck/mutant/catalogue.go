@@ -87,6 +87,12 @@ const (
 	HeadersAppended         Name = "headers-appended"
 	RefusalReasonMissing    Name = "refusal-reason-missing"
 	ModelRewriteNotSplit    Name = "model-rewrite-not-split"
+	// Today's request surface (issue 31, SPEC §10: llm-d-router v0.10.0).
+	LLMDRewriteHeaderIgnored   Name = "llmd-rewrite-header-ignored"
+	LLMDObjectiveHeaderIgnored Name = "llmd-objective-header-ignored"
+	LegacyControlHeaderWins    Name = "legacy-control-header-wins"
+	LLMDInputHeadersEchoed     Name = "llmd-input-headers-echoed"
+	MalformedObjectiveIgnored  Name = "malformed-objective-ignored"
 )
 
 // Mutant describes one mutant for the matrix.
@@ -191,6 +197,16 @@ var catalogue = []Mutant{
 		Via: Interceptor, Where: "selfcheck/mutant/interceptor: x-eppkit-reason is removed from every ImmediateResponse (the JSON body stays)", Kind: BlackBox, Target: "ReferenceRefusalReasonHeader"},
 	{Name: ModelRewriteNotSplit, Breaks: "an InferenceModelRewrite's targets share requests by weight (SPEC §9.4, upstream)",
 		Via: ModelRewriteSource, Where: "selfcheck/mutant/wrap ModelRewrites: the first target chosen for a model is kept for every later request for it", Kind: BlackBox, Target: "OpenAIModelRewriteWeighted"},
+	{Name: LLMDRewriteHeaderIgnored, Breaks: "x-llm-d-model-name-rewrite rewrites the body's model as its alias does (SPEC §10, upstream: llm-d-router v0.10.0 pkg/epp/metadata/consts.go)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: x-llm-d-model-name-rewrite never reaches the EPP (an EPP that knows only GIE v1.5.0's names)", Kind: BlackBox, Target: "OpenAILLMDModelNameRewrite"},
+	{Name: LLMDObjectiveHeaderIgnored, Breaks: "x-llm-d-inference-objective names the request's InferenceObjective as its alias does (SPEC §10, upstream)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: x-llm-d-inference-objective never reaches the EPP", Kind: BlackBox, Target: "RequestSheddingLLMDObjective"},
+	{Name: LegacyControlHeaderWins, Breaks: "with a control header under both names the x-llm-d-* one wins (SPEC §10, upstream: GetLowerCaseHeaderValue)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: the x-llm-d-* header is dropped when its GIE v1.5.0 alias is also sent", Kind: BlackBox, Target: "OpenAILLMDModelNameRewrite"},
+	{Name: LLMDInputHeadersEchoed, Breaks: "the header mutation never sets the x-llm-d-* control headers back (SPEC §10, upstream: IsSystemOwnedHeader)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: x-llm-d-inference-objective is set back in the request-headers response", Kind: BlackBox, Target: "OpenAIInputHeadersNotEchoed"},
+	{Name: MalformedObjectiveIgnored, Breaks: "an objective header that cannot name an object is refused with 400 naming it (docs/request-surface.md, eppkit)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: objective headers whose value is not a DNS-1123 subdomain are removed, so the EPP routes with the default objective as llm-d-router v0.10.0 does", Kind: BlackBox, Target: "ReferenceMalformedControlHeaders400"},
 	{Name: PluginStateScoreOnly, Breaks: "the prefix producer writes its plugin state in PrepareData, so the pick is indexed without a prefix scorer (GIE PR #2005, SPEC §1)",
 		Via: Plugin, Where: "selfcheck/mutant/wrap: approx-prefix-cache-producer wrapped, its plugin-state entry deleted when PrepareData ends", Kind: WhiteBox, Suite: "pluginstate",
 		Target: "the only profile has no prefix scorer should hold: PreRequest indexes the pick"},

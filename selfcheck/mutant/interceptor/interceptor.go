@@ -208,8 +208,9 @@ type stream struct {
 
 	mu sync.Mutex
 	// hadRequestID and objective describe the request whose request_headers came last.
-	hadRequestID bool
-	objective    string
+	hadRequestID  bool
+	objective     string
+	llmdObjective string
 	// sse is true when the current response's content-type is text/event-stream; line is its
 	// incomplete last SSE line.
 	sse  bool
@@ -235,6 +236,7 @@ func (st *stream) request(msg *extprocv3.ProcessingRequest) error {
 		h := r.RequestHeaders.GetHeaders()
 		st.hadRequestID = headerValue(h, headerRequestID) != ""
 		st.objective = headerValue(h, headerObjective)
+		st.llmdObjective = headerValue(h, headerLLMDObjective)
 		st.held = nil
 		st.path, st.body = headerValue(h, headerPath), nil
 	case *extprocv3.ProcessingRequest_RequestBody:

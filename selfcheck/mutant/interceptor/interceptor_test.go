@@ -309,6 +309,38 @@ func TestEachMutantBreaksItsRule(t *testing.T) {
 				t.Errorf("headers set %v, want the objective echoed", d.Headers)
 			}
 		},
+		mutant.LLMDRewriteHeaderIgnored: func(t *testing.T, st *extprocclient.Stream, up *extproctest.Server) {
+			exchange(t, st, request("a", nil, map[string]string{"x-llm-d-model-name-rewrite": "m2", "x-gateway-model-name-rewrite": "m3"}))
+			if h := up.Seen()[0].Headers; h["x-llm-d-model-name-rewrite"] != "" || h["x-gateway-model-name-rewrite"] != "m3" {
+				t.Errorf("the EPP saw %v, want only the legacy name", h)
+			}
+		},
+		mutant.LLMDObjectiveHeaderIgnored: func(t *testing.T, st *extprocclient.Stream, up *extproctest.Server) {
+			exchange(t, st, request("a", nil, map[string]string{"x-llm-d-inference-objective": "o", "x-llm-d-model-name-rewrite": "m"}))
+			if h := up.Seen()[0].Headers; h["x-llm-d-inference-objective"] != "" || h["x-llm-d-model-name-rewrite"] != "m" {
+				t.Errorf("the EPP saw %v, want no objective and the rewrite", h)
+			}
+		},
+		mutant.LegacyControlHeaderWins: func(t *testing.T, st *extprocclient.Stream, up *extproctest.Server) {
+			exchange(t, st, request("a", nil, map[string]string{"x-llm-d-model-name-rewrite": "new", "x-gateway-model-name-rewrite": "old",
+				"x-llm-d-slo-ttft-ms": "5"}))
+			h := up.Seen()[0].Headers
+			if h["x-llm-d-model-name-rewrite"] != "" || h["x-gateway-model-name-rewrite"] != "old" || h["x-llm-d-slo-ttft-ms"] != "5" {
+				t.Errorf("the EPP saw %v, want the new rewrite name dropped and the lone new SLO kept", h)
+			}
+		},
+		mutant.LLMDInputHeadersEchoed: func(t *testing.T, st *extprocclient.Stream, _ *extproctest.Server) {
+			if d := exchange(t, st, request("a", nil, map[string]string{"x-llm-d-inference-objective": "o"})); d.Headers["x-llm-d-inference-objective"] != "o" {
+				t.Errorf("headers set %v, want the objective echoed", d.Headers)
+			}
+		},
+		mutant.MalformedObjectiveIgnored: func(t *testing.T, st *extprocclient.Stream, up *extproctest.Server) {
+			exchange(t, st, request("a", nil, map[string]string{"x-llm-d-inference-objective": "Bad Name", "x-gateway-inference-objective": "good-name"}))
+			h := up.Seen()[0].Headers
+			if _, ok := h["x-llm-d-inference-objective"]; ok || h["x-gateway-inference-objective"] != "good-name" {
+				t.Errorf("the EPP saw %v, want the malformed objective removed and the valid one kept", h)
+			}
+		},
 		mutant.PromptListRefused: func(t *testing.T, st *extprocclient.Stream, _ *extproctest.Server) {
 			mustRoute(t, st, requestTo("/v1/completions", `{"model":"m","prompt":"one"}`))
 			mustRoute(t, st, requestTo("/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":["x"]}]}`))

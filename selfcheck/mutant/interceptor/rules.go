@@ -2,6 +2,7 @@ package interceptor
 
 import (
 	"encoding/json"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -24,7 +25,14 @@ const (
 	headerModelRewite = "x-gateway-model-name-rewrite"
 	headerTTFTSLO     = "x-slo-ttft-ms"
 	headerTPOTSLO     = "x-slo-tpot-ms"
-	headerContentLen  = "content-length"
+	// llm-d-router v0.10.0's names of the control headers (pkg/epp/metadata/consts.go); the
+	// four above are their GIE v1.5.0 aliases.
+	headerLLMDObjective  = "x-llm-d-inference-objective"
+	headerLLMDRewrite    = "x-llm-d-model-name-rewrite"
+	headerLLMDFairnessID = "x-llm-d-inference-fairness-id"
+	headerLLMDTTFTSLO    = "x-llm-d-slo-ttft-ms"
+	headerLLMDTPOTSLO    = "x-llm-d-slo-tpot-ms"
+	headerContentLen     = "content-length"
 	// headerProfile is the reference EPP's response header naming the primary profile [eppkit].
 	headerProfile = "x-eppkit-profile"
 	// headerReason is the reference EPP's ImmediateResponse header naming the refusal's cause
@@ -163,7 +171,53 @@ var rules = map[mutant.Name]rule{
 
 	// The SLO headers never reach the EPP.
 	mutant.SLOIgnored: {request: func(_ *stream, msg *extprocv3.ProcessingRequest) error {
-		removeHeaders(msg.GetRequestHeaders().GetHeaders(), headerTTFTSLO, headerTPOTSLO)
+		removeHeaders(msg.GetRequestHeaders().GetHeaders(), headerTTFTSLO, headerTPOTSLO, headerLLMDTTFTSLO, headerLLMDTPOTSLO)
+		return nil
+	}},
+
+	// x-llm-d-model-name-rewrite never reaches the EPP (an EPP that knows only the GIE v1.5.0 name).
+	mutant.LLMDRewriteHeaderIgnored: {request: func(_ *stream, msg *extprocv3.ProcessingRequest) error {
+		removeHeaders(msg.GetRequestHeaders().GetHeaders(), headerLLMDRewrite)
+		return nil
+	}},
+
+	// x-llm-d-inference-objective never reaches the EPP (an EPP that knows only the GIE v1.5.0 name).
+	mutant.LLMDObjectiveHeaderIgnored: {request: func(_ *stream, msg *extprocv3.ProcessingRequest) error {
+		removeHeaders(msg.GetRequestHeaders().GetHeaders(), headerLLMDObjective)
+		return nil
+	}},
+
+	// When a request carries a control header under both names, the x-llm-d-* one is dropped, so
+	// the GIE v1.5.0 name wins.
+	mutant.LegacyControlHeaderWins: {request: func(_ *stream, msg *extprocv3.ProcessingRequest) error {
+		h := msg.GetRequestHeaders().GetHeaders()
+		for _, pair := range [][2]string{{headerLLMDObjective, headerObjective}, {headerLLMDRewrite, headerModelRewite},
+			{headerLLMDFairnessID, "x-gateway-inference-fairness-id"}, {headerLLMDTTFTSLO, headerTTFTSLO}, {headerLLMDTPOTSLO, headerTPOTSLO}} {
+			if hasHeader(h, pair[0]) && hasHeader(h, pair[1]) {
+				removeHeaders(h, pair[0])
+			}
+		}
+		return nil
+	}},
+
+	// The request-headers response sets the gateway's x-llm-d-inference-objective back.
+	mutant.LLMDInputHeadersEchoed: {response: func(st *stream, resp *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, *ending) {
+		if resp.GetRequestHeaders() != nil && st.llmdObjective != "" {
+			addSetHeader(resp, headerLLMDObjective, st.llmdObjective)
+		}
+		return pass(resp)
+	}},
+
+	// An objective header whose value cannot name an object never reaches the EPP, so the EPP
+	// routes the request with the default objective (llm-d-router v0.10.0's behaviour) instead
+	// of refusing it with 400.
+	mutant.MalformedObjectiveIgnored: {request: func(_ *stream, msg *extprocv3.ProcessingRequest) error {
+		h := msg.GetRequestHeaders().GetHeaders()
+		for _, k := range []string{headerLLMDObjective, headerObjective} {
+			if v := strings.TrimSpace(headerValue(h, k)); hasHeader(h, k) && v != "" && !dns1123Subdomain.MatchString(v) {
+				removeHeaders(h, k)
+			}
+		}
 		return nil
 	}},
 
@@ -456,6 +510,19 @@ func setHeaderValue(hm *extprocv3.HeaderMutation, key string) string {
 	}
 	return ""
 }
+
+// hasHeader reports whether hm carries key (case-insensitive), whatever its value.
+func hasHeader(hm *corev3.HeaderMap, key string) bool {
+	for _, h := range hm.GetHeaders() {
+		if strings.EqualFold(h.GetKey(), key) {
+			return true
+		}
+	}
+	return false
+}
+
+// dns1123Subdomain is a Kubernetes object name (RFC 1123 subdomain, at most 253 characters).
+var dns1123Subdomain = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
 
 // removeHeaders deletes the named headers from hm (case-insensitive).
 func removeHeaders(hm *corev3.HeaderMap, keys ...string) {
