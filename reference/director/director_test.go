@@ -66,14 +66,17 @@ func TestStatusFor(t *testing.T) {
 		reason string
 	}{
 		{nil, http.StatusOK, ""},
-		{fmt.Errorf("x: %w", framework.ErrBadRequest), 400, "bad-request"},
-		{fmt.Errorf("x: %w", framework.ErrShed), 429, "shed"},
-		{fmt.Errorf("x: %w", framework.ErrFilteredOut), 429, "filtered-out"},
-		{fmt.Errorf("x: %w", framework.ErrNoEndpoints), 503, "no-endpoints"},
-		{fmt.Errorf("x: %w", framework.ErrEmptySubset), 503, "empty-subset"},
-		{fmt.Errorf("x: %w", framework.ErrInternal), 500, "internal"},
-		{errors.New("plain"), 500, "internal"},
-		{context.DeadlineExceeded, 500, "internal"},
+		{fmt.Errorf("x: %w", framework.ErrBadRequest), 400, ""},
+		{fmt.Errorf("x: %w", framework.ErrShed), 429, ""},
+		{fmt.Errorf("x: %w", framework.ErrFilteredOut), 429, ""},
+		{fmt.Errorf("x: %w", framework.ErrNoEndpoints), 503, ""},
+		{fmt.Errorf("x: %w", framework.ErrEmptySubset), 503, ""},
+		{fmt.Errorf("x: %w", framework.ErrInternal), 500, ""},
+		{errors.New("plain"), 500, ""},
+		{context.DeadlineExceeded, 500, ""},
+		// Flow control's refusals name their reason (llm-d-router v0.10.0 admission.go translateFlowControlOutcome).
+		{fmt.Errorf("fc: %w", &framework.Dropped{Reason: framework.DroppedSaturated, Err: fmt.Errorf("queue at capacity: %w", framework.ErrShed)}), 429, "rejected-saturated"},
+		{fmt.Errorf("fc: %w", &framework.Dropped{Reason: framework.DroppedNoEndpoints, Err: framework.ErrNoEndpoints}), 503, "rejected-no-endpoints"},
 	}
 	for _, tc := range cases {
 		if got := director.StatusFor(tc.err); got != tc.want {

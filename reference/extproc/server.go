@@ -467,23 +467,24 @@ func chunks(b []byte, limit int) []chunk {
 }
 
 // DroppedReasonHeader names why flow control refused a request (llm-d-router v0.10.0
-// pkg/common/error/error.go RequestDroppedReasonHeaderKey).
+// pkg/common/error/error.go RequestDroppedReasonHeaderKey): set on an ImmediateResponse exactly
+// when the refusal carries a reason (director.ReasonFor), as upstream sets it only on flow
+// control's refusals. eppkit's former x-eppkit-reason is gone (docs/request-surface.md §2).
 const DroppedReasonHeader = "x-llm-d-request-dropped-reason"
 
-// ReasonHeader is the response header of every ImmediateResponse that names the refusal's cause
-// (director.ReasonFor: bad-request, shed, filtered-out, no-endpoints, empty-subset, internal)
-// [eppkit, SPEC §9.3; llm-d-router #1735 asks for a drop reason].
-const ReasonHeader = "x-eppkit-reason"
-
 // immediateResponse is a refusal: the HTTP status, a JSON body, content-type application/json
-// and the reason header (upstream pkg/common/error/error.go BuildErrResponse sends the status and
-// the error text).
+// and, for a flow-control refusal, DroppedReasonHeader (llm-d-router v0.10.0
+// pkg/common/error/error.go BuildErrResponse sends the status, the error text and the error's
+// headers).
 func immediateResponse(code int, body []byte, details, reason string) *extprocv3.ProcessingResponse {
+	set := []*corev3.HeaderValueOption{header("content-type", "application/json")}
+	if reason != "" {
+		set = append(set, header(DroppedReasonHeader, reason))
+	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
 		ImmediateResponse: &extprocv3.ImmediateResponse{
-			Status: &typev3.HttpStatus{Code: typev3.StatusCode(code)},
-			Headers: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
-				header("content-type", "application/json"), header(ReasonHeader, reason)}},
+			Status:  &typev3.HttpStatus{Code: typev3.StatusCode(code)},
+			Headers: &extprocv3.HeaderMutation{SetHeaders: set},
 			Body:    body,
 			Details: "eppkit_epp_" + details,
 		}}}

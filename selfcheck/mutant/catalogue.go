@@ -85,7 +85,7 @@ const (
 	PartialBlockDropped     Name = "partial-block-dropped"
 	StateKeyedByXRequestID  Name = "state-keyed-by-x-request-id"
 	HeadersAppended         Name = "headers-appended"
-	RefusalReasonMissing    Name = "refusal-reason-missing"
+	DroppedReasonEverywhere Name = "dropped-reason-everywhere"
 	ModelRewriteNotSplit    Name = "model-rewrite-not-split"
 	// Today's request surface (issue 31, SPEC §10: llm-d-router v0.10.0).
 	LLMDRewriteHeaderIgnored   Name = "llmd-rewrite-header-ignored"
@@ -193,8 +193,8 @@ var catalogue = []Mutant{
 		Via: Plugin, Where: "selfcheck/mutant/wrap: approx-prefix-cache-producer wrapped, its plugin state written and read under the request's x-request-id, so requests sharing one overwrite and delete each other's hashes", Kind: BlackBox, Target: "ReferenceDuplicateRequestIDIsolated"},
 	{Name: HeadersAppended, Breaks: "every header the EPP sets overwrites the request's value (append_action OVERWRITE_IF_EXISTS_OR_ADD, SPEC §9.3)",
 		Via: Interceptor, Where: "selfcheck/mutant/interceptor: every request header the EPP sets is marked APPEND_IF_EXISTS_OR_ADD (the proto's zero value)", Kind: BlackBox, Target: "OpenAIHeaderOverwrite"},
-	{Name: RefusalReasonMissing, Breaks: "every ImmediateResponse carries x-eppkit-reason (SPEC §9.3, eppkit)",
-		Via: Interceptor, Where: "selfcheck/mutant/interceptor: x-eppkit-reason is removed from every ImmediateResponse (the JSON body stays)", Kind: BlackBox, Target: "ReferenceRefusalReasonHeader"},
+	{Name: DroppedReasonEverywhere, Breaks: "x-llm-d-request-dropped-reason marks only flow control's refusals, as llm-d-router v0.10.0 (docs/request-surface.md §2, eppkit)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: every ImmediateResponse without a dropped reason gets one (429 rejected-saturated, 503 rejected-no-endpoints, others rejected-shutting-down), as an EPP that marks every refusal", Kind: BlackBox, Target: "ReferenceRefusalReasonHeader"},
 	{Name: ModelRewriteNotSplit, Breaks: "an InferenceModelRewrite's targets share requests by weight (SPEC §9.4, upstream)",
 		Via: ModelRewriteSource, Where: "selfcheck/mutant/wrap ModelRewrites: the first target chosen for a model is kept for every later request for it", Kind: BlackBox, Target: "OpenAIModelRewriteWeighted"},
 	{Name: LLMDRewriteHeaderIgnored, Breaks: "x-llm-d-model-name-rewrite rewrites the body's model as its alias does (SPEC §10, upstream: llm-d-router v0.10.0 pkg/epp/metadata/consts.go)",

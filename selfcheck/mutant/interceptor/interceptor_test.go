@@ -33,14 +33,14 @@ const (
 // epp is a scripted upstream: it picks pickA, then pickB, alternately (header and metadata
 // agree), echoes the body in 1000-byte chunks with Content-Length and a generated x-request-id
 // when the request has none, sets x-eppkit-profile on the response headers, and refuses with
-// 400 (and x-eppkit-reason) a body "bad", with 503 a request whose subset hint names 10.9.9.9.
+// 400 a body "bad", with 503 a request whose subset hint names 10.9.9.9.
 func epp(t *testing.T) *extproctest.Server {
 	t.Helper()
 	n := 0
 	srv, err := extproctest.Start(extproctest.Script{
 		OnRequest: func(seen *extproctest.Seen) []*extprocv3.ProcessingResponse {
 			if string(seen.Body) == "bad" {
-				return []*extprocv3.ProcessingResponse{extproctest.Immediate(400, map[string]string{"x-eppkit-reason": "bad-request"}, []byte("bad body"))}
+				return []*extprocv3.ProcessingResponse{extproctest.Immediate(400, map[string]string{"content-type": "text/plain"}, []byte("bad body"))}
 			}
 			if hint, ok := extproctest.SubsetHint(seen.RequestMetadata); ok && len(hint) > 0 && hint[0] == "10.9.9.9:8000" {
 				return []*extprocv3.ProcessingResponse{extproctest.Immediate(503, nil, []byte("no endpoint"))}
@@ -367,10 +367,15 @@ func TestEachMutantBreaksItsRule(t *testing.T) {
 				}
 			}
 		},
-		mutant.RefusalReasonMissing: func(t *testing.T, st *extprocclient.Stream, _ *extproctest.Server) {
+		mutant.DroppedReasonEverywhere: func(t *testing.T, st *extprocclient.Stream, _ *extproctest.Server) {
 			d := exchange(t, st, request("bad", nil, nil))
-			if d.Immediate == nil || d.Immediate.Status != 400 || string(d.Immediate.Body) != "bad body" || d.Immediate.Headers["x-eppkit-reason"] != "" {
-				t.Errorf("refusal %+v, want 400 with its body and no x-eppkit-reason", d.Immediate)
+			if d.Immediate == nil || d.Immediate.Status != 400 || string(d.Immediate.Body) != "bad body" ||
+				d.Immediate.Headers["x-llm-d-request-dropped-reason"] != "rejected-shutting-down" || d.Immediate.Headers["content-type"] != "text/plain" {
+				t.Errorf("refusal %+v, want 400 with its body, its headers and a dropped reason", d.Immediate)
+			}
+			d = exchange(t, st, request("x", []string{"10.9.9.9:8000"}, nil))
+			if d.Immediate == nil || d.Immediate.Headers["x-llm-d-request-dropped-reason"] != "rejected-no-endpoints" {
+				t.Errorf("refusal %+v, want 503 rejected-no-endpoints", d.Immediate)
 			}
 		},
 		mutant.ProfileHeaderMissing: func(t *testing.T, st *extprocclient.Stream, _ *extproctest.Server) {

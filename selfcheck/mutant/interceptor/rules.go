@@ -35,9 +35,9 @@ const (
 	headerContentLen     = "content-length"
 	// headerProfile is the reference EPP's response header naming the primary profile [eppkit].
 	headerProfile = "x-eppkit-profile"
-	// headerReason is the reference EPP's ImmediateResponse header naming the refusal's cause
-	// (SPEC §9.3) [eppkit].
-	headerReason = "x-eppkit-reason"
+	// headerDroppedReason names why flow control refused a request (llm-d-router v0.10.0
+	// pkg/common/error/error.go RequestDroppedReasonHeaderKey).
+	headerDroppedReason = "x-llm-d-request-dropped-reason"
 	// headerPath is the request path pseudo-header Envoy sends in request_headers.
 	headerPath = ":path"
 	// sseDone is the marker that ends an OpenAI SSE stream.
@@ -310,10 +310,25 @@ var rules = map[mutant.Name]rule{
 		return pass(resp)
 	}},
 
-	// ImmediateResponses lose x-eppkit-reason; the status and JSON body stay.
-	mutant.RefusalReasonMissing: {response: func(_ *stream, resp *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, *ending) {
-		if hm := resp.GetImmediateResponse().GetHeaders(); hm != nil {
-			hm.SetHeaders = dropOptions(hm.SetHeaders, headerReason)
+	// Every ImmediateResponse without a dropped reason gets one, as an EPP that marks every refusal.
+	mutant.DroppedReasonEverywhere: {response: func(_ *stream, resp *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, *ending) {
+		ir := resp.GetImmediateResponse()
+		if ir == nil {
+			return pass(resp)
+		}
+		if ir.Headers == nil {
+			ir.Headers = &extprocv3.HeaderMutation{}
+		}
+		if setHeaderValue(ir.Headers, headerDroppedReason) == "" {
+			reason := "rejected-shutting-down"
+			switch ir.GetStatus().GetCode() {
+			case typev3.StatusCode_TooManyRequests:
+				reason = "rejected-saturated"
+			case typev3.StatusCode_ServiceUnavailable:
+				reason = "rejected-no-endpoints"
+			}
+			ir.Headers.SetHeaders = append(ir.Headers.SetHeaders, &corev3.HeaderValueOption{
+				Header: &corev3.HeaderValue{Key: headerDroppedReason, RawValue: []byte(reason)}})
 		}
 		return pass(resp)
 	}},
