@@ -310,9 +310,9 @@ type routed struct {
 	// whether it set the retired x-eppkit-reason.
 	reason       string
 	eppkitReason bool
-	setHeaders  map[string][]string
-	metadataDst string
-	chunks      [][]byte
+	setHeaders   map[string][]string
+	metadataDst  string
+	chunks       [][]byte
 }
 
 // readRouting reads the answer to a request: an ImmediateResponse, or a request-headers
