@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -651,5 +652,48 @@ func TestDeprecatedAppendDuplicatesOnEnvoy(t *testing.T) {
 	}
 	if res.Status != http.StatusBadGateway || res.Headers.Get(gateway.GatewayErrorHeader) != "duplicated-header" || len(a.requests()) != 0 {
 		t.Errorf("status %d headers %v body %s", res.Status, res.Headers, res.Body)
+	}
+}
+
+// TestResponseBodyMutationReachesClient: the client gets the body the EPP returns in the response
+// phases (FULL_DUPLEX_STREAMED: the EPP's streamed_response chunks replace the model server's,
+// whatever their number; here it holds every chunk and answers once at end of stream), not the
+// model server's, framed by the gateway once the EPP removed the stale Content-Length.
+func TestResponseBodyMutationReachesClient(t *testing.T) {
+	const served = `{"id":"1","model":"lora-a","choices":[{"text":"hello"}]}`
+	a := newUpstream(t, "pod-a", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.Itoa(len(served)))
+		_, _ = w.Write([]byte(served[:20]))
+		w.(http.Flusher).Flush()
+		_, _ = w.Write([]byte(served[20:]))
+	})
+	var held []byte
+	epp := startEPP(t, extproctest.Script{
+		OnRequest: pickScript(a.addr(), nil, 0).OnRequest,
+		OnResponseHeaders: func(*extproctest.Seen) []*extprocv3.ProcessingResponse {
+			return []*extprocv3.ProcessingResponse{{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{
+				Response: &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{RemoveHeaders: []string{"content-length"}}},
+			}}}}
+		},
+		OnResponseBody: func(_ *extproctest.Seen, chunk []byte, eos bool) []*extprocv3.ProcessingResponse {
+			held = append(held, chunk...)
+			if !eos {
+				return nil
+			}
+			return []*extprocv3.ProcessingResponse{extproctest.StreamedBody(false, bytes.ReplaceAll(held, []byte("lora-a"), []byte("base")), true)}
+		},
+	})
+	g := newGateway(t, gateway.Config{EPPAddress: epp.Addr(), BodyChunkSize: 16})
+	res, err := g.Do(context.Background(), &gateway.Request{Body: []byte(`{"model":"base"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := strings.ReplaceAll(served, "lora-a", "base")
+	if string(res.Body) != want || res.Status != http.StatusOK {
+		t.Fatalf("client got %d %q, want 200 %q (the EPP's body)", res.Status, res.Body, want)
+	}
+	if cl := res.Headers.Get("Content-Length"); cl != "" && cl != strconv.Itoa(len(want)) {
+		t.Errorf("Content-Length %s, body %d bytes", cl, len(want))
 	}
 }

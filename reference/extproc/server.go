@@ -3,7 +3,8 @@
 // the header x-gateway-destination-endpoint and the dynamic metadata envoy.lb /
 // x-gateway-destination-endpoint, streams the (possibly mutated) request body back in chunks of
 // at most BodyChunkLimit bytes, answers refusals with an ImmediateResponse and a JSON body, and
-// passes the response through unchanged while reading its usage.
+// passes the response through while reading its usage, with the client's model name restored
+// when the request's model was rewritten (modelRestorer).
 //
 // Bodies are expected in FULL_DUPLEX_STREAMED mode. One stream may carry several requests one
 // after another: a request_headers message after a finished (or refused) request starts the
@@ -133,6 +134,7 @@ type request struct {
 	served      string
 	resp        *framework.Response
 	usage       *UsageParser
+	restore     *modelRestorer // nil when the response's model name needs no restoring
 }
 
 func (st *stream) handle(msg *extprocv3.ProcessingRequest) error {
@@ -283,6 +285,7 @@ var errTooLarge = fmt.Errorf("request body: longer than %d bytes: %w", MaxReques
 func (st *stream) responseHeaders(h *extprocv3.HttpHeaders) error {
 	r := st.cur
 	var set []*corev3.HeaderValueOption
+	var remove []string
 	if r != nil && r.res != nil && !r.ended {
 		headers := headerMap(h.GetHeaders())
 		served := r.served
@@ -290,15 +293,23 @@ func (st *stream) responseHeaders(h *extprocv3.HttpHeaders) error {
 			served = r.res.Targets[0]
 		}
 		r.resp = &framework.Response{RequestID: r.res.Request.RequestID, Headers: headers, Endpoint: st.s.d.Lookup(served)}
-		r.usage = NewUsageParser(r.res.API, strings.Contains(strings.ToLower(headers["content-type"]), "text/event-stream"))
+		sse := strings.Contains(strings.ToLower(headers["content-type"]), "text/event-stream")
+		r.usage = NewUsageParser(r.res.API, sse)
 		st.s.d.ResponseHeader(st.ctx, r.res.Request, r.resp)
 		if r.res.PrimaryProfile != "" {
 			set = append(set, header(ProfileHeader, r.res.PrimaryProfile))
 		}
+		if !h.GetEndOfStream() {
+			r.restore = newModelRestorer(r.res.Request.TargetModel, r.res.IncomingModel, sse)
+		}
+		if r.restore != nil {
+			// The restored body's length differs from the model server's: let the gateway frame it.
+			remove = append(remove, "content-length")
+		}
 	}
 	resp := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
 		ResponseHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{
-			HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: set}}}}}
+			HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: set, RemoveHeaders: remove}}}}}
 	if err := st.srv.Send(resp); err != nil {
 		return err
 	}
@@ -319,8 +330,25 @@ func (st *stream) responseBody(b *extprocv3.HttpBody) error {
 		r.resp.Usage = r.usage.Usage()
 		r.resp.EndOfStream = eos
 		st.s.d.ResponseBody(st.ctx, r.res.Request, r.resp, b.GetBody())
+		if r.restore != nil {
+			// The model name goes back to the client's: complete SSE lines as they arrive, any
+			// other body at its end (modelRestorer).
+			out := r.restore.write(b.GetBody(), eos)
+			if len(out) > 0 || eos {
+				for _, c := range chunks(out, BodyChunkLimit) {
+					if err := st.srv.Send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
+						ResponseBody: &extprocv3.BodyResponse{Response: streamedBody(c.data, c.last && eos)}}}); err != nil {
+						return err
+					}
+				}
+			}
+			if eos {
+				st.complete(true)
+			}
+			return nil
+		}
 	}
-	// The body passes through unchanged, chunk for chunk (FULL_DUPLEX_STREAMED).
+	// Otherwise the body passes through unchanged, chunk for chunk (FULL_DUPLEX_STREAMED).
 	if err := st.srv.Send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
 		ResponseBody: &extprocv3.BodyResponse{Response: streamedBody(b.GetBody(), eos)}}}); err != nil {
 		return err

@@ -93,6 +93,8 @@ const (
 	LegacyControlHeaderWins    Name = "legacy-control-header-wins"
 	LLMDInputHeadersEchoed     Name = "llmd-input-headers-echoed"
 	MalformedObjectiveIgnored  Name = "malformed-objective-ignored"
+	ModelNameNotRestored       Name = "model-name-not-restored"
+	ModelNameRestoredPerChunk  Name = "model-name-restored-per-chunk"
 )
 
 // Mutant describes one mutant for the matrix.
@@ -207,6 +209,10 @@ var catalogue = []Mutant{
 		Via: Interceptor, Where: "selfcheck/mutant/interceptor: x-llm-d-inference-objective is set back in the request-headers response", Kind: BlackBox, Target: "OpenAIInputHeadersNotEchoed"},
 	{Name: MalformedObjectiveIgnored, Breaks: "an objective header that cannot name an object is refused with 400 naming it (docs/request-surface.md, eppkit)",
 		Via: Interceptor, Where: "selfcheck/mutant/interceptor: objective headers whose value is not a DNS-1123 subdomain are removed, so the EPP routes with the default objective as llm-d-router v0.10.0 does", Kind: BlackBox, Target: "ReferenceMalformedControlHeaders400"},
+	{Name: ModelNameNotRestored, Breaks: "the response names the model the client sent after a rewrite, JSON and every SSE event (SPEC §10, upstream: GIE #2769, llm-d-router v0.10.0 rewriteModelName)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: the response body reaches the gateway chunk for chunk as the model server sent it", Kind: BlackBox, Target: "OpenAIModelNameRestored"},
+	{Name: ModelNameRestoredPerChunk, Breaks: "the model name is restored however the body is split into chunks (docs/request-surface.md §3, eppkit)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: the response body is restored chunk by chunk with llm-d-router v0.10.0's byte replacement of \"model\":\"<target>\"", Kind: BlackBox, Target: "ReferenceModelNameRestoredAcrossChunks"},
 	{Name: PluginStateScoreOnly, Breaks: "the prefix producer writes its plugin state in PrepareData, so the pick is indexed without a prefix scorer (GIE PR #2005, SPEC §1)",
 		Via: Plugin, Where: "selfcheck/mutant/wrap: approx-prefix-cache-producer wrapped, its plugin-state entry deleted when PrepareData ends", Kind: WhiteBox, Suite: "pluginstate",
 		Target: "the only profile has no prefix scorer should hold: PreRequest indexes the pick"},

@@ -224,6 +224,12 @@ type stream struct {
 	// is set once its ImmediateResponse went to the gateway (refuseWhen).
 	refusal string
 	refused bool
+	// rewriteTarget and incomingModel are the current request's model-name rewrite header and
+	// its body's model; respChunks the response body chunks the gateway sent and the mutant has
+	// not answered yet, respDone set once it answered the last (replayResponseChunks).
+	rewriteTarget, incomingModel string
+	respChunks                   []chunkOf
+	respDone                     bool
 }
 
 // request records what the mutant needs of a gateway message and rewrites it; an error ends the

@@ -341,6 +341,29 @@ func TestEachMutantBreaksItsRule(t *testing.T) {
 				t.Errorf("the EPP saw %v, want the malformed objective removed and the valid one kept", h)
 			}
 		},
+		mutant.ModelNameNotRestored: func(t *testing.T, st *extprocclient.Stream, _ *extproctest.Server) {
+			body := `{"model":"base","prompt":"x"}`
+			d := exchange(t, st, request(body, nil, map[string]string{"x-llm-d-model-name-rewrite": "lora"}))
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			defer cancel()
+			rr, err := st.Respond(ctx, extprocclient.Response{Headers: []extprocclient.Header{{Key: ":status", Value: "200"}}, Served: d.Pick(),
+				Chunks: [][]byte{[]byte(`{"model":`), []byte(`"lora"}`)}})
+			if err != nil || string(rr.Body) != `{"model":"lora"}` || rr.BodyChunks != 2 {
+				t.Errorf("response %q in %d chunks (%v), want the model server's body chunk for chunk", rr.Body, rr.BodyChunks, err)
+			}
+		},
+		mutant.ModelNameRestoredPerChunk: func(t *testing.T, st *extprocclient.Stream, _ *extproctest.Server) {
+			body := `{"model":"base","prompt":"x"}`
+			d := exchange(t, st, request(body, nil, map[string]string{"x-gateway-model-name-rewrite": "lora"}))
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			defer cancel()
+			rr, err := st.Respond(ctx, extprocclient.Response{Headers: []extprocclient.Header{{Key: ":status", Value: "200"}}, Served: d.Pick(),
+				Chunks: [][]byte{[]byte("data: {\"model\":\"lora\"}\n\ndata: {\"mod"), []byte("el\":\"lora\"}\n\n")}})
+			want := "data: {\"model\":\"base\"}\n\ndata: {\"model\":\"lora\"}\n\n"
+			if err != nil || string(rr.Body) != want {
+				t.Errorf("response %q (%v), want %q: whole members restored, the split one missed", rr.Body, err, want)
+			}
+		},
 		mutant.PromptListRefused: func(t *testing.T, st *extprocclient.Stream, _ *extproctest.Server) {
 			mustRoute(t, st, requestTo("/v1/completions", `{"model":"m","prompt":"one"}`))
 			mustRoute(t, st, requestTo("/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":["x"]}]}`))

@@ -1,6 +1,7 @@
 package interceptor
 
 import (
+	"bytes"
 	"encoding/json"
 	"regexp"
 	"strconv"
@@ -310,6 +311,23 @@ var rules = map[mutant.Name]rule{
 		return pass(resp)
 	}},
 
+	// The response body reaches the gateway as the model server sent it: the model name is never
+	// restored to the client's.
+	mutant.ModelNameNotRestored: replayResponseChunks(func(_ *stream, chunk []byte) []byte { return chunk }),
+
+	// The model name is restored chunk by chunk with llm-d-router v0.10.0's byte replacement
+	// (pkg/epp/handlers/server.go rewriteModelName), so a member split across chunks is missed.
+	mutant.ModelNameRestoredPerChunk: replayResponseChunks(func(st *stream, chunk []byte) []byte {
+		if st.rewriteTarget == "" || st.incomingModel == "" || st.rewriteTarget == st.incomingModel {
+			return chunk
+		}
+		out := bytes.ReplaceAll(chunk, []byte(`"model":"`+st.rewriteTarget+`"`), []byte(`"model":"`+st.incomingModel+`"`))
+		if bytes.Equal(out, chunk) {
+			out = bytes.ReplaceAll(chunk, []byte(`"model": "`+st.rewriteTarget+`"`), []byte(`"model": "`+st.incomingModel+`"`))
+		}
+		return out
+	}),
+
 	// Every ImmediateResponse without a dropped reason gets one, as an EPP that marks every refusal.
 	mutant.DroppedReasonEverywhere: {response: func(_ *stream, resp *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, *ending) {
 		ir := resp.GetImmediateResponse()
@@ -340,6 +358,59 @@ var rules = map[mutant.Name]rule{
 		}
 		return pass(resp)
 	}},
+}
+
+// replayResponseChunks is a mutant that answers the response body itself: each chunk the gateway
+// sent, as fn makes it, one streamed response per chunk, in place of the EPP's body responses
+// (released whenever the EPP answers a body chunk, all of them by the EPP's end of stream). It
+// models an EPP that handles the response body chunk by chunk; the EPP's headers responses pass.
+func replayResponseChunks(fn func(st *stream, chunk []byte) []byte) rule {
+	return rule{
+		request: func(st *stream, msg *extprocv3.ProcessingRequest) error {
+			switch {
+			case msg.GetRequestHeaders() != nil:
+				h := msg.GetRequestHeaders().GetHeaders()
+				st.rewriteTarget = headerValue(h, headerLLMDRewrite)
+				if !hasHeader(h, headerLLMDRewrite) {
+					st.rewriteTarget = headerValue(h, headerModelRewite)
+				}
+				st.respChunks, st.respDone = nil, false
+			case msg.GetRequestBody().GetEndOfStream():
+				var b struct {
+					Model string `json:"model"`
+				}
+				_ = json.Unmarshal(st.body, &b)
+				st.incomingModel = b.Model
+			case msg.GetResponseBody() != nil:
+				st.respChunks = append(st.respChunks, chunkOf{data: append([]byte(nil), msg.GetResponseBody().GetBody()...), eos: msg.GetResponseBody().GetEndOfStream()})
+			}
+			return nil
+		},
+		response: func(st *stream, resp *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, *ending) {
+			rb := resp.GetResponseBody()
+			if rb == nil {
+				return pass(resp)
+			}
+			var out []*extprocv3.ProcessingResponse
+			for _, c := range st.respChunks {
+				if st.respDone {
+					break
+				}
+				out = append(out, &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{
+					Response: &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_StreamedResponse{
+						StreamedResponse: &extprocv3.StreamedBodyResponse{Body: fn(st, c.data), EndOfStream: c.eos}}}}}}})
+				st.respDone = c.eos
+			}
+			st.respChunks = nil
+			return out, nil
+		},
+	}
+}
+
+// chunkOf is one response body chunk the gateway sent.
+type chunkOf struct {
+	data []byte
+	eos  bool
 }
 
 // refuseWhen is a mutant that answers a request with ImmediateResponse 400 itself when refuse,
