@@ -76,6 +76,10 @@ const (
 	// (upstream v1.5.0 pkg/epp/requestcontrol/candidates.go). GIE proposal 004 lists ip:port
 	// addresses, so the core EPP profile checks hints that carry the pool's own ip:port only.
 	FeatureSubsetHintIPMatching Feature = "SubsetHintIPMatching"
+	// FeatureEndpointScores: the pick's dynamic metadata carries envoy.lb /
+	// x-gateway-destination-endpoint-scores, every candidate's score (llm-d-router v0.10.0
+	// --emit-endpoint-scores; docs/request-surface.md §4).
+	FeatureEndpointScores Feature = "EndpointScores"
 )
 
 // AllFeatures lists every Feature in a stable order.
@@ -83,7 +87,7 @@ var AllFeatures = []Feature{
 	FeatureOpenAIRequestParsing, FeaturePrefixCacheAffinity, FeatureQueueAwareness,
 	FeatureKVCacheAwareness, FeatureLoRAAffinity, FeaturePredictedLatency,
 	FeatureRequestShedding, FeatureEndpointChurn, FeatureDataParallelRanks,
-	FeatureSubsetHintIPMatching,
+	FeatureSubsetHintIPMatching, FeatureEndpointScores,
 }
 
 // ConformanceTest is one rule, as data. Register it from an init() in conformance/tests/<name>.go.

@@ -103,6 +103,9 @@ type Options struct {
 	Logger *slog.Logger
 	// ShutdownTimeout bounds the graceful stop of in-flight streams; 0 means 5 s.
 	ShutdownTimeout time.Duration
+	// EmitEndpointScores publishes envoy.lb / x-gateway-destination-endpoint-scores with every
+	// pick (extproc.Server.SetEmitEndpointScores).
+	EmitEndpointScores bool
 }
 
 // ConfigError is returned by Start when the runtime cannot be built from Options.Config (a
@@ -259,7 +262,9 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	// to the decision path's depth, instead of a new goroutine that grows (copies) its stack on
 	// every request; when all are busy (long-lived streams), grpc-go starts a goroutine as before.
 	s.grpcSrv = grpc.NewServer(append(grpcOpts, grpc.NumStreamWorkers(extprocStreamWorkers))...)
-	extprocv3.RegisterExternalProcessorServer(s.grpcSrv, extproc.NewServer(s.director, logger))
+	xp := extproc.NewServer(s.director, logger)
+	xp.SetEmitEndpointScores(opts.EmitEndpointScores)
+	extprocv3.RegisterExternalProcessorServer(s.grpcSrv, xp)
 	healthpb.RegisterHealthServer(s.grpcSrv, s.health)
 	if s.healthLis != nil {
 		s.healthSrv = grpc.NewServer(grpcOpts...)

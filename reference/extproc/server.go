@@ -45,6 +45,10 @@ const (
 	DestinationEndpointNamespace = "envoy.lb"
 	// DestinationEndpointServedKey is the served endpoint, in the response's filter metadata.
 	DestinationEndpointServedKey = "x-gateway-destination-endpoint-served"
+	// DestinationEndpointScoresKey holds, in DestinationEndpointNamespace of the pick's dynamic
+	// metadata, a struct "ip:port" → score of every candidate of the primary profile
+	// (llm-d-router v0.10.0 pkg/epp/metadata/consts.go DestinationEndpointScoresKey; opt-in).
+	DestinationEndpointScoresKey = "x-gateway-destination-endpoint-scores"
 	// SubsetHintNamespace and SubsetHintKey hold the subset hint in the request's filter
 	// metadata: a list of "ip:port" strings.
 	SubsetHintNamespace = "envoy.lb.subset_hint"
@@ -68,6 +72,8 @@ type Server struct {
 	extprocv3.UnimplementedExternalProcessorServer
 	d      *director.Director
 	logger *slog.Logger
+	// emitScores publishes DestinationEndpointScoresKey with every pick (SetEmitEndpointScores).
+	emitScores bool
 }
 
 // NewServer returns a Server that schedules with d. logger nil means slog.Default().
@@ -77,6 +83,11 @@ func NewServer(d *director.Director, logger *slog.Logger) *Server {
 	}
 	return &Server{d: d, logger: logger}
 }
+
+// SetEmitEndpointScores makes every pick's dynamic metadata carry
+// envoy.lb / x-gateway-destination-endpoint-scores (off by default; llm-d-router v0.10.0
+// --emit-endpoint-scores, StreamingServer.SetEmitEndpointScores). Call it before serving.
+func (s *Server) SetEmitEndpointScores(on bool) { s.emitScores = on }
 
 // Process serves one ext_proc stream until the gateway closes it. It returns nil when the
 // stream ends normally (EOF or cancellation) and a gRPC error when receiving or sending fails.
@@ -260,7 +271,7 @@ func (st *stream) schedule() error {
 				HeaderMutation:  &extprocv3.HeaderMutation{SetHeaders: set},
 			},
 		}},
-		DynamicMetadata: destinationMetadata(dest),
+		DynamicMetadata: destinationMetadata(dest, st.scores(res)),
 	}
 	if err := st.srv.Send(hdrResp); err != nil {
 		return err
@@ -452,12 +463,37 @@ func servedEndpoint(msg *extprocv3.ProcessingRequest) string {
 	return strings.TrimSpace(ns.GetFields()[DestinationEndpointServedKey].GetStringValue())
 }
 
-func destinationMetadata(dest string) *structpb.Struct {
+// destinationMetadata is the pick's dynamic metadata: envoy.lb / x-gateway-destination-endpoint,
+// and x-gateway-destination-endpoint-scores when scores is not nil (llm-d-router v0.10.0
+// pkg/epp/handlers/request.go generateMetadata: a protobuf Struct of number values, omitted
+// when empty).
+func destinationMetadata(dest string, scores *structpb.Struct) *structpb.Struct {
+	fields := map[string]*structpb.Value{DestinationEndpointKey: structpb.NewStringValue(dest)}
+	if len(scores.GetFields()) > 0 {
+		fields[DestinationEndpointScoresKey] = structpb.NewStructValue(scores)
+	}
 	return &structpb.Struct{Fields: map[string]*structpb.Value{
-		DestinationEndpointNamespace: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
-			DestinationEndpointKey: structpb.NewStringValue(dest),
-		}}),
+		DestinationEndpointNamespace: structpb.NewStructValue(&structpb.Struct{Fields: fields}),
 	}}
+}
+
+// scores returns the primary profile's candidates and scores as a Struct "ip:port" → number,
+// nil unless the server emits scores. Every endpoint that passed the primary profile's filters
+// appears, the picked ones and the others (llm-d-router v0.10.0 requestcontrol/director.go
+// prepareRequest copies primaryResult.ScoredCandidates).
+func (st *stream) scores(res *director.Result) *structpb.Struct {
+	if !st.s.emitScores {
+		return nil
+	}
+	primary := res.Scheduling.Primary()
+	if primary == nil || len(primary.Candidates) == 0 {
+		return nil
+	}
+	out := &structpb.Struct{Fields: make(map[string]*structpb.Value, len(primary.Candidates))}
+	for _, c := range primary.Candidates {
+		out.Fields[c.Endpoint.Key()] = structpb.NewNumberValue(c.Score)
+	}
+	return out
 }
 
 // header is a set-header mutation that replaces any value the request or response already

@@ -95,6 +95,7 @@ const (
 	MalformedObjectiveIgnored  Name = "malformed-objective-ignored"
 	ModelNameNotRestored       Name = "model-name-not-restored"
 	ModelNameRestoredPerChunk  Name = "model-name-restored-per-chunk"
+	EndpointScoresPickedOnly   Name = "endpoint-scores-picked-only"
 )
 
 // Mutant describes one mutant for the matrix.
@@ -213,6 +214,8 @@ var catalogue = []Mutant{
 		Via: Interceptor, Where: "selfcheck/mutant/interceptor: the response body reaches the gateway chunk for chunk as the model server sent it", Kind: BlackBox, Target: "OpenAIModelNameRestored"},
 	{Name: ModelNameRestoredPerChunk, Breaks: "the model name is restored however the body is split into chunks (docs/request-surface.md §3, eppkit)",
 		Via: Interceptor, Where: "selfcheck/mutant/interceptor: the response body is restored chunk by chunk with llm-d-router v0.10.0's byte replacement of \"model\":\"<target>\"", Kind: BlackBox, Target: "ReferenceModelNameRestoredAcrossChunks"},
+	{Name: EndpointScoresPickedOnly, Breaks: "envoy.lb/x-gateway-destination-endpoint-scores names every candidate of the primary profile, picked or not (SPEC §10, upstream: llm-d-router v0.10.0 --emit-endpoint-scores)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: the scores struct keeps only the picked endpoints", Kind: BlackBox, Target: "EndpointScores"},
 	{Name: PluginStateScoreOnly, Breaks: "the prefix producer writes its plugin state in PrepareData, so the pick is indexed without a prefix scorer (GIE PR #2005, SPEC §1)",
 		Via: Plugin, Where: "selfcheck/mutant/wrap: approx-prefix-cache-producer wrapped, its plugin-state entry deleted when PrepareData ends", Kind: WhiteBox, Suite: "pluginstate",
 		Target: "the only profile has no prefix scorer should hold: PreRequest indexes the pick"},

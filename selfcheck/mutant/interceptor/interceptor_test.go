@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/eppkit/eppkit/fakes/gateway/extprocclient"
 	"github.com/eppkit/eppkit/fakes/gateway/extprocclient/extproctest"
@@ -54,7 +55,12 @@ func epp(t *testing.T) *extproctest.Server {
 			if seen.Headers["x-request-id"] == "" {
 				extra["x-request-id"] = "generated-" + strconv.Itoa(n)
 			}
-			return extproctest.PickResponses(pick, extra, seen.Body, 1000, !seen.HeadersEOS)
+			out := extproctest.PickResponses(pick, extra, seen.Body, 1000, !seen.HeadersEOS)
+			// Every candidate's score, as llm-d-router v0.10.0 with --emit-endpoint-scores.
+			lb := out[0].GetDynamicMetadata().GetFields()["envoy.lb"].GetStructValue()
+			lb.Fields["x-gateway-destination-endpoint-scores"] = structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+				pickA: structpb.NewNumberValue(2), pickB: structpb.NewNumberValue(1)}})
+			return out
 		},
 		OnResponseHeaders: func(*extproctest.Seen) []*extprocv3.ProcessingResponse {
 			return []*extprocv3.ProcessingResponse{{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{
@@ -362,6 +368,13 @@ func TestEachMutantBreaksItsRule(t *testing.T) {
 			want := "data: {\"model\":\"base\"}\n\ndata: {\"model\":\"lora\"}\n\n"
 			if err != nil || string(rr.Body) != want {
 				t.Errorf("response %q (%v), want %q: whole members restored, the split one missed", rr.Body, err, want)
+			}
+		},
+		mutant.EndpointScoresPickedOnly: func(t *testing.T, st *extprocclient.Stream, _ *extproctest.Server) {
+			d := exchange(t, st, request("a", nil, nil))
+			scores := d.DynamicMetadata.GetFields()["envoy.lb"].GetStructValue().GetFields()["x-gateway-destination-endpoint-scores"].GetStructValue().GetFields()
+			if len(scores) != 1 || scores[d.Pick()] == nil {
+				t.Errorf("scores %v, want only the pick %s", scores, d.Pick())
 			}
 		},
 		mutant.PromptListRefused: func(t *testing.T, st *extprocclient.Stream, _ *extproctest.Server) {

@@ -36,6 +36,9 @@ const (
 	headerContentLen     = "content-length"
 	// headerProfile is the reference EPP's response header naming the primary profile [eppkit].
 	headerProfile = "x-eppkit-profile"
+	// headerScores is the key of every candidate's score in the pick's dynamic metadata
+	// namespace envoy.lb (llm-d-router v0.10.0 DestinationEndpointScoresKey).
+	headerScores = "x-gateway-destination-endpoint-scores"
 	// headerDroppedReason names why flow control refused a request (llm-d-router v0.10.0
 	// pkg/common/error/error.go RequestDroppedReasonHeaderKey).
 	headerDroppedReason = "x-llm-d-request-dropped-reason"
@@ -327,6 +330,26 @@ var rules = map[mutant.Name]rule{
 		}
 		return out
 	}),
+
+	// The endpoint scores name only the picked endpoints, as an EPP that publishes the
+	// destinations' scores and not every candidate's.
+	mutant.EndpointScoresPickedOnly: {response: func(_ *stream, resp *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, *ending) {
+		ns := resp.GetDynamicMetadata().GetFields()[extprocclient.DestinationNamespace].GetStructValue()
+		scores := ns.GetFields()[headerScores].GetStructValue()
+		if scores == nil {
+			return pass(resp)
+		}
+		picked := map[string]bool{}
+		for _, a := range strings.Split(ns.GetFields()[extprocclient.DestinationKey].GetStringValue(), ",") {
+			picked[strings.TrimSpace(a)] = true
+		}
+		for k := range scores.Fields {
+			if !picked[k] {
+				delete(scores.Fields, k)
+			}
+		}
+		return pass(resp)
+	}},
 
 	// Every ImmediateResponse without a dropped reason gets one, as an EPP that marks every refusal.
 	mutant.DroppedReasonEverywhere: {response: func(_ *stream, resp *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, *ending) {
