@@ -102,7 +102,9 @@ func runEndpointScores(t harness.TestingT, s *harness.Suite) {
 	c := s.ExtProc(t)
 	r := s.Rand(t)
 	loaded := pool[r.IntN(len(pool))]
-	mk := func() (string, []byte) { return pathCompletions, completionBody(s.ModelName, uniquePrompt(s, t, r, 12), nil) }
+	mk := func() (string, []byte) {
+		return pathCompletions, completionBody(s.ModelName, uniquePrompt(s, t, r, 12), nil)
+	}
 	req := func(hint []string) extprocclient.Request {
 		path, body := mk()
 		return extprocclient.Request{Headers: extprocclient.RequestHeaders("POST", path, authority, body, nil), Body: body, SubsetHint: hint}
