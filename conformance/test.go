@@ -80,6 +80,10 @@ const (
 	// x-gateway-destination-endpoint-scores, every candidate's score (llm-d-router v0.10.0
 	// --emit-endpoint-scores; docs/request-surface.md §4).
 	FeatureEndpointScores Feature = "EndpointScores"
+	// FeatureSessionAffinity: requests that send back the session token of an earlier response
+	// (x-session-token) are pinned to its endpoint while it is eligible (llm-d-router v0.10.0
+	// session-affinity-filter / -scorer, encoded_endpoint_header; docs/request-surface.md §5).
+	FeatureSessionAffinity Feature = "SessionAffinity"
 )
 
 // AllFeatures lists every Feature in a stable order.
@@ -87,7 +91,7 @@ var AllFeatures = []Feature{
 	FeatureOpenAIRequestParsing, FeaturePrefixCacheAffinity, FeatureQueueAwareness,
 	FeatureKVCacheAwareness, FeatureLoRAAffinity, FeaturePredictedLatency,
 	FeatureRequestShedding, FeatureEndpointChurn, FeatureDataParallelRanks,
-	FeatureSubsetHintIPMatching, FeatureEndpointScores,
+	FeatureSubsetHintIPMatching, FeatureEndpointScores, FeatureSessionAffinity,
 }
 
 // ConformanceTest is one rule, as data. Register it from an init() in conformance/tests/<name>.go.

@@ -11,7 +11,8 @@ import (
 
 // malformedControlCases are control headers whose value the reference refuses
 // (docs/request-surface.md "Malformed values"): an objective that cannot name an object, an SLO
-// under llm-d-router v0.10.0's names that is not a finite number ≥ 0, and the current name winning over a valid legacy one.
+// under llm-d-router v0.10.0's names that is not a finite number ≥ 0, an empty or undecodable
+// session token, and the current name winning over a valid legacy one.
 var malformedControlCases = []struct {
 	headers map[string]string
 	named   string
@@ -21,6 +22,8 @@ var malformedControlCases = []struct {
 	{map[string]string{hdrObjective: "UPPER", hdrObjectiveLegacy: "fine"}, hdrObjective},
 	{map[string]string{hdrTTFTSLO: "-5"}, hdrTTFTSLO},
 	{map[string]string{hdrTPOTSLO: "soon", hdrTPOTSLOLegacy: "10"}, hdrTPOTSLO},
+	{map[string]string{sessionTokenHeader: ""}, sessionTokenHeader},
+	{map[string]string{sessionTokenHeader: "%%% not base64 %%%"}, sessionTokenHeader},
 }
 
 func init() {
@@ -29,15 +32,19 @@ func init() {
 		Description: "A request whose control header is malformed MUST be refused with an ImmediateResponse 400 whose body names the " +
 			"header it came in, and the EPP MUST keep routing valid requests: an x-llm-d-inference-objective or " +
 			"x-gateway-inference-objective value that is not a DNS-1123 subdomain (no InferenceObjective can be called so), an " +
-			"x-llm-d-slo-ttft-ms or x-llm-d-slo-tpot-ms that is not a finite number >= 0; the current name is judged when both names are sent.",
+			"x-llm-d-slo-ttft-ms or x-llm-d-slo-tpot-ms that is not a finite number >= 0, an x-session-token that is empty or not " +
+			"standard base64; the current name is judged when both names are sent.",
 		Level:         conformance.LevelEppkit,
 		Profile:       conformance.ProfileReference,
-		Preconditions: []string{"the EPP runs plugins that read the SLO headers (reference: manifests/epp-configs/conformance.yaml)"},
+		Preconditions: []string{"the EPP runs plugins that read the SLO headers and a session-affinity filter or scorer " +
+			"(reference: manifests/epp-configs/conformance.yaml)"},
 		// llm-d-router v0.10.0 refuses none of these: an unknown or odd objective is the default
 		// objective (requestcontrol/director.go getInferenceObjective), an unparsable SLO is 0
-		// (dataproducer/predictedlatency parseFloatHeader). The 400 is eppkit's (issue 31).
+		// (dataproducer/predictedlatency parseFloatHeader), an empty or undecodable session token
+		// is no session (util/sessionaffinity DecodePodName). The 400 is eppkit's (issue 31).
 		Source: "docs/request-surface.md; eppkit (llm-d-router v0.10.0 pkg/epp/requestcontrol/director.go getInferenceObjective, " +
-			"pkg/epp/framework/plugins/requestcontrol/dataproducer/predictedlatency/plugin.go parseFloatHeader ignore such values)",
+			"pkg/epp/framework/plugins/requestcontrol/dataproducer/predictedlatency/plugin.go parseFloatHeader, " +
+			"pkg/epp/framework/plugins/scheduling/util/sessionaffinity/header.go DecodePodName ignore such values)",
 		Run: runReferenceMalformedControlHeaders400,
 	})
 }

@@ -21,6 +21,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -309,6 +311,12 @@ func (st *stream) responseHeaders(h *extprocv3.HttpHeaders) error {
 		st.s.d.ResponseHeader(st.ctx, r.res.Request, r.resp)
 		if r.res.PrimaryProfile != "" {
 			set = append(set, header(ProfileHeader, r.res.PrimaryProfile))
+		}
+		// Headers the ResponseHeader plugins set (session affinity's token), sorted.
+		for _, k := range slices.Sorted(maps.Keys(r.resp.SetHeaders)) {
+			if k != "" && !strings.HasPrefix(k, ":") && k != "content-length" && k != ProfileHeader {
+				set = append(set, header(k, r.resp.SetHeaders[k]))
+			}
 		}
 		if !h.GetEndOfStream() {
 			r.restore = newModelRestorer(r.res.Request.TargetModel, r.res.IncomingModel, sse)

@@ -10,6 +10,7 @@ import (
 	"github.com/eppkit/eppkit/reference/plugins/prefix"
 	"github.com/eppkit/eppkit/reference/plugins/profiles"
 	"github.com/eppkit/eppkit/reference/plugins/scorers"
+	"github.com/eppkit/eppkit/reference/plugins/session"
 )
 
 // RegisterAll registers every reference plugin type in reg and the default producers of
@@ -27,6 +28,7 @@ import (
 //	predicted-latency-producer, prefix-cache-affinity-filter,
 //	slo-headroom-tier-filter, latency-scorer, latency-slo-admitter (plugins/latency)
 //	legacy-prefix-cache-scorer                                     (plugins/legacyprefix)
+//	session-affinity-filter, session-affinity-scorer               (plugins/session)
 //
 // It panics when a type is already registered in reg: that is a programming error (register
 // into a fresh framework.NewRegistry()), never a consequence of user input.
@@ -44,6 +46,7 @@ func RegisterAllWithPredictor(reg *framework.Registry, newPredictor latency.Pred
 		filters.Register,
 		pickers.Register,
 		profiles.Register,
+		session.Register,
 		func(r *framework.Registry) error { return latency.Register(r, newPredictor) },
 	} {
 		if err := register(reg); err != nil {

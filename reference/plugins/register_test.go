@@ -19,6 +19,7 @@ func TestRegisterAll(t *testing.T) {
 		"legacy-prefix-cache-scorer", "lora-affinity-filter", "lora-affinity-scorer", "max-score-picker",
 		"predicted-latency-producer", "prefix-cache-affinity-filter",
 		"prefix-cache-scorer", "queue-scorer", "random-picker", "running-requests-size-scorer",
+		"session-affinity-filter", "session-affinity-scorer",
 		"single-profile-handler", "slo-headroom-tier-filter", "weighted-random-picker",
 	}
 	if diff := cmp.Diff(want, reg.Types()); diff != "" {

@@ -88,14 +88,17 @@ const (
 	DroppedReasonEverywhere Name = "dropped-reason-everywhere"
 	ModelRewriteNotSplit    Name = "model-rewrite-not-split"
 	// Today's request surface (issue 31, SPEC §10: llm-d-router v0.10.0).
-	LLMDRewriteHeaderIgnored   Name = "llmd-rewrite-header-ignored"
-	LLMDObjectiveHeaderIgnored Name = "llmd-objective-header-ignored"
-	LegacyControlHeaderWins    Name = "legacy-control-header-wins"
-	LLMDInputHeadersEchoed     Name = "llmd-input-headers-echoed"
-	MalformedObjectiveIgnored  Name = "malformed-objective-ignored"
-	ModelNameNotRestored       Name = "model-name-not-restored"
-	ModelNameRestoredPerChunk  Name = "model-name-restored-per-chunk"
-	EndpointScoresPickedOnly   Name = "endpoint-scores-picked-only"
+	LLMDRewriteHeaderIgnored     Name = "llmd-rewrite-header-ignored"
+	LLMDObjectiveHeaderIgnored   Name = "llmd-objective-header-ignored"
+	LegacyControlHeaderWins      Name = "legacy-control-header-wins"
+	LLMDInputHeadersEchoed       Name = "llmd-input-headers-echoed"
+	MalformedObjectiveIgnored    Name = "malformed-objective-ignored"
+	ModelNameNotRestored         Name = "model-name-not-restored"
+	ModelNameRestoredPerChunk    Name = "model-name-restored-per-chunk"
+	EndpointScoresPickedOnly     Name = "endpoint-scores-picked-only"
+	SessionTokenIgnored          Name = "session-token-ignored"
+	SessionTokenNotReturned      Name = "session-token-not-returned"
+	MalformedSessionTokenIgnored Name = "malformed-session-token-ignored"
 )
 
 // Mutant describes one mutant for the matrix.
@@ -216,6 +219,12 @@ var catalogue = []Mutant{
 		Via: Interceptor, Where: "selfcheck/mutant/interceptor: the response body is restored chunk by chunk with llm-d-router v0.10.0's byte replacement of \"model\":\"<target>\"", Kind: BlackBox, Target: "ReferenceModelNameRestoredAcrossChunks"},
 	{Name: EndpointScoresPickedOnly, Breaks: "envoy.lb/x-gateway-destination-endpoint-scores names every candidate of the primary profile, picked or not (SPEC §10, upstream: llm-d-router v0.10.0 --emit-endpoint-scores)",
 		Via: Interceptor, Where: "selfcheck/mutant/interceptor: the scores struct keeps only the picked endpoints", Kind: BlackBox, Target: "EndpointScores"},
+	{Name: SessionTokenIgnored, Breaks: "a request that sends back its session token is served by the session's endpoint while it is a candidate (SPEC §10, upstream: session-affinity-filter)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: x-session-token never reaches the EPP", Kind: BlackBox, Target: "SessionAffinity"},
+	{Name: SessionTokenNotReturned, Breaks: "every response carries the session token of the endpoint that served it (SPEC §10, upstream: WriteResponseHeader)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: x-session-token is removed from the response-headers response", Kind: BlackBox, Target: "SessionAffinity"},
+	{Name: MalformedSessionTokenIgnored, Breaks: "an empty or undecodable x-session-token is refused with 400 naming it (docs/request-surface.md, eppkit)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: an empty or non-base64 x-session-token is removed, so the EPP starts a new session as llm-d-router v0.10.0 does", Kind: BlackBox, Target: "ReferenceMalformedControlHeaders400"},
 	{Name: PluginStateScoreOnly, Breaks: "the prefix producer writes its plugin state in PrepareData, so the pick is indexed without a prefix scorer (GIE PR #2005, SPEC §1)",
 		Via: Plugin, Where: "selfcheck/mutant/wrap: approx-prefix-cache-producer wrapped, its plugin-state entry deleted when PrepareData ends", Kind: WhiteBox, Suite: "pluginstate",
 		Target: "the only profile has no prefix scorer should hold: PreRequest indexes the pick"},

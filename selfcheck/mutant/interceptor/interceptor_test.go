@@ -65,7 +65,7 @@ func epp(t *testing.T) *extproctest.Server {
 		OnResponseHeaders: func(*extproctest.Seen) []*extprocv3.ProcessingResponse {
 			return []*extprocv3.ProcessingResponse{{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{
 				Response: &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
-					extproctest.HeaderOption("x-eppkit-profile", "default")}}}}}}}
+					extproctest.HeaderOption("x-eppkit-profile", "default"), extproctest.HeaderOption("x-session-token", "dG9rZW4=")}}}}}}}
 		},
 	})
 	if err != nil {
@@ -375,6 +375,29 @@ func TestEachMutantBreaksItsRule(t *testing.T) {
 			scores := d.DynamicMetadata.GetFields()["envoy.lb"].GetStructValue().GetFields()["x-gateway-destination-endpoint-scores"].GetStructValue().GetFields()
 			if len(scores) != 1 || scores[d.Pick()] == nil {
 				t.Errorf("scores %v, want only the pick %s", scores, d.Pick())
+			}
+		},
+		mutant.SessionTokenIgnored: func(t *testing.T, st *extprocclient.Stream, up *extproctest.Server) {
+			exchange(t, st, request("a", nil, map[string]string{"x-session-token": "dG9rZW4="}))
+			if h := up.Seen()[0].Headers; h["x-session-token"] != "" {
+				t.Errorf("the EPP saw %v", h)
+			}
+		},
+		mutant.SessionTokenNotReturned: func(t *testing.T, st *extprocclient.Stream, _ *extproctest.Server) {
+			d := exchange(t, st, request("a", nil, nil))
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			defer cancel()
+			rr, err := st.Respond(ctx, extprocclient.Response{Headers: []extprocclient.Header{{Key: ":status", Value: "200"}}, Served: d.Pick()})
+			if err != nil || rr.Headers["x-session-token"] != "" || rr.Headers["x-eppkit-profile"] != "default" {
+				t.Errorf("response headers %v, %v; want no x-session-token, the rest kept", rr.Headers, err)
+			}
+		},
+		mutant.MalformedSessionTokenIgnored: func(t *testing.T, st *extprocclient.Stream, up *extproctest.Server) {
+			exchange(t, st, request("a", nil, map[string]string{"x-session-token": "%%%"}))
+			exchange(t, st, request("b", nil, map[string]string{"x-session-token": "dG9rZW4="}))
+			seen := up.Seen()
+			if _, ok := seen[0].Headers["x-session-token"]; ok || seen[1].Headers["x-session-token"] != "dG9rZW4=" {
+				t.Errorf("the EPP saw %v then %v; want the malformed token removed, the valid one kept", seen[0].Headers, seen[1].Headers)
 			}
 		},
 		mutant.PromptListRefused: func(t *testing.T, st *extprocclient.Stream, _ *extproctest.Server) {

@@ -2,6 +2,7 @@ package interceptor
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"regexp"
 	"strconv"
@@ -36,6 +37,9 @@ const (
 	headerContentLen     = "content-length"
 	// headerProfile is the reference EPP's response header naming the primary profile [eppkit].
 	headerProfile = "x-eppkit-profile"
+	// headerSessionToken carries the session token both ways (llm-d-router v0.10.0
+	// util/sessionaffinity DefaultHeader).
+	headerSessionToken = "x-session-token"
 	// headerScores is the key of every candidate's score in the pick's dynamic metadata
 	// namespace envoy.lb (llm-d-router v0.10.0 DestinationEndpointScoresKey).
 	headerScores = "x-gateway-destination-endpoint-scores"
@@ -330,6 +334,34 @@ var rules = map[mutant.Name]rule{
 		}
 		return out
 	}),
+
+	// The session token never reaches the EPP: every request looks like a new session.
+	mutant.SessionTokenIgnored: {request: func(_ *stream, msg *extprocv3.ProcessingRequest) error {
+		removeHeaders(msg.GetRequestHeaders().GetHeaders(), headerSessionToken)
+		return nil
+	}},
+
+	// The response headers lose the session token: the client cannot keep its session.
+	mutant.SessionTokenNotReturned: {response: func(_ *stream, resp *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, *ending) {
+		if hm := resp.GetResponseHeaders().GetResponse().GetHeaderMutation(); hm != nil {
+			hm.SetHeaders = dropOptions(hm.SetHeaders, headerSessionToken)
+		}
+		return pass(resp)
+	}},
+
+	// An empty or undecodable session token never reaches the EPP, which then routes the request
+	// as a new session (llm-d-router v0.10.0's behaviour) instead of refusing it with 400.
+	mutant.MalformedSessionTokenIgnored: {request: func(_ *stream, msg *extprocv3.ProcessingRequest) error {
+		h := msg.GetRequestHeaders().GetHeaders()
+		if !hasHeader(h, headerSessionToken) {
+			return nil
+		}
+		tok := strings.TrimSpace(headerValue(h, headerSessionToken))
+		if _, err := base64.StdEncoding.DecodeString(tok); tok == "" || err != nil {
+			removeHeaders(h, headerSessionToken)
+		}
+		return nil
+	}},
 
 	// The endpoint scores name only the picked endpoints, as an EPP that publishes the
 	// destinations' scores and not every candidate's.
