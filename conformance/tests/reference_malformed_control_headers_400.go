@@ -34,8 +34,8 @@ func init() {
 			"x-gateway-inference-objective value that is not a DNS-1123 subdomain (no InferenceObjective can be called so), an " +
 			"x-llm-d-slo-ttft-ms or x-llm-d-slo-tpot-ms that is not a finite number >= 0, an x-session-token that is empty or not " +
 			"standard base64; the current name is judged when both names are sent.",
-		Level:         conformance.LevelEppkit,
-		Profile:       conformance.ProfileReference,
+		Level:   conformance.LevelEppkit,
+		Profile: conformance.ProfileReference,
 		Preconditions: []string{"the EPP runs plugins that read the SLO headers and a session-affinity filter or scorer " +
 			"(reference: manifests/epp-configs/conformance.yaml)"},
 		// llm-d-router v0.10.0 refuses none of these: an unknown or odd objective is the default
