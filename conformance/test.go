@@ -84,6 +84,11 @@ const (
 	// (x-session-token) are pinned to its endpoint while it is eligible (llm-d-router v0.10.0
 	// session-affinity-filter / -scorer, encoded_endpoint_header; docs/request-surface.md §5).
 	FeatureSessionAffinity Feature = "SessionAffinity"
+	// FeatureFlowControl: with flow control on, requests wait in priority bands while the pool
+	// is saturated (TTL, band capacity, client cancel, priority order), refusals naming
+	// x-llm-d-request-dropped-reason (llm-d-router v0.10.0 pkg/epp/flowcontrol;
+	// docs/request-surface.md §6).
+	FeatureFlowControl Feature = "FlowControl"
 )
 
 // AllFeatures lists every Feature in a stable order.
@@ -91,7 +96,7 @@ var AllFeatures = []Feature{
 	FeatureOpenAIRequestParsing, FeaturePrefixCacheAffinity, FeatureQueueAwareness,
 	FeatureKVCacheAwareness, FeatureLoRAAffinity, FeaturePredictedLatency,
 	FeatureRequestShedding, FeatureEndpointChurn, FeatureDataParallelRanks,
-	FeatureSubsetHintIPMatching, FeatureEndpointScores, FeatureSessionAffinity,
+	FeatureSubsetHintIPMatching, FeatureEndpointScores, FeatureSessionAffinity, FeatureFlowControl,
 }
 
 // ConformanceTest is one rule, as data. Register it from an init() in conformance/tests/<name>.go.

@@ -7,9 +7,13 @@ package harness
 const (
 	SheddableObjective = "eppkit-conformance-sheddable"
 	SheddablePriority  = -1
+	// CriticalObjective is the InferenceObjective of the FlowControl tests' high-priority
+	// requests (priority CriticalPriority); provided like SheddableObjective.
+	CriticalObjective = "eppkit-conformance-critical"
+	CriticalPriority  = 10
 )
 
 // Objectives returns the InferenceObjectives every conformance run provides: name → priority.
 func Objectives() map[string]int {
-	return map[string]int{SheddableObjective: SheddablePriority}
+	return map[string]int{SheddableObjective: SheddablePriority, CriticalObjective: CriticalPriority}
 }

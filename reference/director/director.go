@@ -19,11 +19,13 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"k8s.io/utils/clock"
 
+	"github.com/eppkit/eppkit/reference/flowcontrol"
 	"github.com/eppkit/eppkit/reference/framework"
 )
 
@@ -68,10 +70,28 @@ type metricsReader interface {
 	Read(key string) (m *framework.Metrics, stale bool)
 }
 
-// keyedSnapshot is one snapshot of the pool with every endpoint's Key(), computed once.
+// keyedSnapshot is one snapshot of the pool with every endpoint's Key(), computed once. It is
+// also the pool flow control's saturation detector reads (flowcontrol.Pool).
 type keyedSnapshot struct {
 	mds  []*framework.EndpointMetadata
 	keys []string
+	m    MetricsSource
+}
+
+// Len is the number of endpoints (flowcontrol.Pool).
+func (k *keyedSnapshot) Len() int { return len(k.mds) }
+
+// Metrics returns endpoint i's metrics, nil without a metrics source (flowcontrol.Pool).
+func (k *keyedSnapshot) Metrics(i int) *framework.Metrics {
+	switch r := k.m.(type) {
+	case nil:
+		return nil
+	case metricsReader:
+		m, _ := r.Read(k.keys[i])
+		return m
+	default:
+		return r.Metrics(k.keys[i])
+	}
 }
 
 // Options configure a Director. Runtime and Endpoints are required.
@@ -94,6 +114,9 @@ type Options struct {
 	// ModelRewrites holds the pool's model rewrite rules (InferenceModelRewrite, SPEC §9.4); nil
 	// means none.
 	ModelRewrites ModelRewriter
+	// Context bounds the director's background work (flow control's dispatcher: when it ends,
+	// queued and later requests are refused rejected-shutting-down); nil = never ends.
+	Context context.Context
 }
 
 // ModelRewriter is what the director needs from the model rewrite rules (reference/modelrewrite.Store
@@ -122,6 +145,10 @@ type Director struct {
 	seq      atomic.Uint64
 	// snap caches the keys of the source's last Snapshot (snapshotSource only).
 	snap atomic.Pointer[keyedSnapshot]
+	// fc is the flow controller (featureGates: [flowControl]), nil when off; releases maps an
+	// admitted request's RequestID to its release (EndRequest calls it).
+	fc       *flowcontrol.Controller
+	releases sync.Map
 }
 
 // New returns a Director. It fails when Runtime or Endpoints is nil.
@@ -147,7 +174,69 @@ func New(opts Options) (*Director, error) {
 	if sd := opts.Runtime.Config().SaturationDetector; sd != nil {
 		d.sat = *sd
 	}
+	if cfg := opts.Runtime.Config(); cfg.FlowControlEnabled() {
+		det, err := flowDetector(opts.Runtime, d.sat)
+		if err != nil {
+			return nil, err
+		}
+		ctx := opts.Context
+		if ctx == nil {
+			ctx = context.Background()
+		}
+		var obs flowcontrol.Observer
+		if opts.Observer != nil {
+			obs = opts.Observer
+		}
+		d.fc, err = flowcontrol.New(ctx, flowcontrol.Options{Config: cfg.FlowControl, Detector: det, Pool: d.flowPool,
+			Clock: d.clock, Observer: obs, Logger: d.logger})
+		if err != nil {
+			return nil, err
+		}
+		d.logger.Info("flow control on", "detector", det.TypedName().String(), "defaultRequestTTL", cfg.FlowControl.RequestTTL().String())
+	}
 	return d, nil
+}
+
+// flowDetector resolves flowControl.saturationDetector.pluginRef to a plugin of the runtime
+// that is a saturation detector; without one, a utilization-detector with the top-level
+// saturationDetector's thresholds. Errors name the field.
+func flowDetector(rt *framework.Runtime, sat framework.SaturationDetectorConfig) (flowcontrol.SaturationDetector, error) {
+	fc := rt.Config().FlowControl
+	if fc == nil || fc.SaturationDetector == nil || fc.SaturationDetector.PluginRef == "" {
+		return flowcontrol.NewUtilizationDetector(framework.DefaultSaturationDetector, sat.QueueDepthThreshold,
+			sat.KVCacheUtilThreshold, sat.MetricsStalenessThreshold.Duration), nil
+	}
+	ref := fc.SaturationDetector.PluginRef
+	p, ok := rt.Plugin(ref)
+	if !ok {
+		return nil, fmt.Errorf("flowControl.saturationDetector.pluginRef: no plugin named %q", ref)
+	}
+	det, ok := p.(flowcontrol.SaturationDetector)
+	if !ok {
+		return nil, fmt.Errorf("flowControl.saturationDetector.pluginRef: plugin %s is not a saturation detector (%s or %s)",
+			p.TypedName(), flowcontrol.UtilizationDetectorType, flowcontrol.ConcurrencyDetectorType)
+	}
+	return det, nil
+}
+
+// flowPool is the whole pool as flow control's detector reads it.
+func (d *Director) flowPool() flowcontrol.Pool {
+	if _, ok := d.src.(snapshotSource); ok {
+		d.pool()
+		return d.snap.Load()
+	}
+	mds := d.src.Endpoints()
+	return &keyedSnapshot{mds: mds, keys: keysOf(mds), m: d.metrics}
+}
+
+// release ends the flow-control accounting of req, once (no-op without flow control).
+func (d *Director) release(req *framework.LLMRequest) {
+	if d.fc == nil || req == nil {
+		return
+	}
+	if rel, ok := d.releases.LoadAndDelete(req.RequestID); ok {
+		rel.(func())()
+	}
 }
 
 // Runtime returns the director's runtime.
@@ -232,6 +321,7 @@ func (d *Director) HandleRequest(ctx context.Context, in *Input) (res *Result, e
 	var req *framework.LLMRequest
 	defer func() {
 		if err != nil && req != nil {
+			d.release(req)
 			d.rt.EndRequest(req)
 		}
 		if d.obs != nil {
@@ -300,6 +390,17 @@ func (d *Director) HandleRequest(ctx context.Context, in *Input) (res *Result, e
 	}
 	res.Request = req
 
+	if d.fc != nil {
+		// Flow control (docs/request-surface.md §6): wait for the pool's capacity in the
+		// request's priority band, or be refused with a dropped reason. It replaces the legacy
+		// shedding below, as in llm-d-router v0.10.0 (requestcontrol/admission.go).
+		release, ferr := d.fc.Admit(ctx, flowcontrol.Request{Priority: req.Priority, FairnessID: req.FairnessID, Bytes: int64(len(in.Body))})
+		if ferr != nil {
+			return nil, fmt.Errorf("flow control (objective %q, priority %d): %w", req.Objective, req.Priority, ferr)
+		}
+		d.releases.Store(req.RequestID, release)
+	}
+
 	mds, keys := d.pool()
 	if in.Subset != nil {
 		if len(in.Subset.Endpoints) == 0 {
@@ -329,7 +430,7 @@ func (d *Director) HandleRequest(ctx context.Context, in *Input) (res *Result, e
 	}
 	candidates := framework.NewEndpoints(mds, keys, ms)
 
-	if req.Priority < 0 && d.Saturated(candidates) {
+	if d.fc == nil && req.Priority < 0 && d.Saturated(candidates) {
 		return nil, fmt.Errorf("sheddable request (objective %q, priority %d) refused: the pool is saturated: %w",
 			req.Objective, req.Priority, framework.ErrShed)
 	}
@@ -420,7 +521,7 @@ func (d *Director) pool() ([]*framework.EndpointMetadata, []string) {
 	if c := d.snap.Load(); c != nil && len(c.mds) == len(mds) && (len(mds) == 0 || &c.mds[0] == &mds[0]) {
 		return c.mds, c.keys
 	}
-	c := &keyedSnapshot{mds: mds, keys: keysOf(mds)}
+	c := &keyedSnapshot{mds: mds, keys: keysOf(mds), m: d.metrics}
 	d.snap.Store(c)
 	return c.mds, c.keys
 }
@@ -505,8 +606,12 @@ func (d *Director) ResponseComplete(ctx context.Context, req *framework.LLMReque
 	d.rt.ResponseComplete(ctx, req, resp)
 }
 
-// EndRequest releases the request's plugin state. Call it once per successful HandleRequest.
-func (d *Director) EndRequest(req *framework.LLMRequest) { d.rt.EndRequest(req) }
+// EndRequest releases the request's plugin state and its flow-control accounting. Call it once per
+// successful HandleRequest.
+func (d *Director) EndRequest(req *framework.LLMRequest) {
+	d.release(req)
+	d.rt.EndRequest(req)
+}
 
 // Now returns the director's clock time.
 func (d *Director) Now() time.Time { return d.clock.Now() }

@@ -183,7 +183,8 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		return nil, &ConfigError{Err: err}
 	}
 	s.runtime = rt
-	dOpts := director.Options{Runtime: rt, Endpoints: opts.Discovery, Logger: logger, Observer: obs, ModelRewrites: opts.ModelRewrites}
+	dOpts := director.Options{Runtime: rt, Endpoints: opts.Discovery, Logger: logger, Observer: obs, ModelRewrites: opts.ModelRewrites,
+		Context: runCtx}
 	if opts.Clock != nil {
 		dOpts.Clock = opts.Clock
 	}
@@ -191,7 +192,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		dOpts.Metrics = opts.Collector
 	}
 	if s.director, err = director.New(dOpts); err != nil {
-		return nil, err
+		return nil, &ConfigError{Err: err}
 	}
 	if promReg != nil {
 		if err := s.director.RegisterPoolCollectors(promReg); err != nil {

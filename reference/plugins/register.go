@@ -2,6 +2,7 @@
 package plugins
 
 import (
+	"github.com/eppkit/eppkit/reference/flowcontrol"
 	"github.com/eppkit/eppkit/reference/framework"
 	"github.com/eppkit/eppkit/reference/plugins/filters"
 	"github.com/eppkit/eppkit/reference/plugins/latency"
@@ -29,6 +30,7 @@ import (
 //	slo-headroom-tier-filter, latency-scorer, latency-slo-admitter (plugins/latency)
 //	legacy-prefix-cache-scorer                                     (plugins/legacyprefix)
 //	session-affinity-filter, session-affinity-scorer               (plugins/session)
+//	utilization-detector, concurrency-detector                     (flowcontrol)
 //
 // It panics when a type is already registered in reg: that is a programming error (register
 // into a fresh framework.NewRegistry()), never a consequence of user input.
@@ -47,6 +49,7 @@ func RegisterAllWithPredictor(reg *framework.Registry, newPredictor latency.Pred
 		pickers.Register,
 		profiles.Register,
 		session.Register,
+		flowcontrol.Register,
 		func(r *framework.Registry) error { return latency.Register(r, newPredictor) },
 	} {
 		if err := register(reg); err != nil {

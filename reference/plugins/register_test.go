@@ -14,13 +14,13 @@ func TestRegisterAll(t *testing.T) {
 	reg := framework.NewRegistry()
 	RegisterAll(reg)
 	want := []string{
-		"approx-prefix-cache-producer", "disagg-profile-handler", "header-based-testing-filter", "kv-cache-utilization-scorer",
+		"approx-prefix-cache-producer", "concurrency-detector", "disagg-profile-handler", "header-based-testing-filter", "kv-cache-utilization-scorer",
 		"latency-fallback-profile-handler", "latency-scorer", "latency-slo-admitter",
 		"legacy-prefix-cache-scorer", "lora-affinity-filter", "lora-affinity-scorer", "max-score-picker",
 		"predicted-latency-producer", "prefix-cache-affinity-filter",
 		"prefix-cache-scorer", "queue-scorer", "random-picker", "running-requests-size-scorer",
 		"session-affinity-filter", "session-affinity-scorer",
-		"single-profile-handler", "slo-headroom-tier-filter", "weighted-random-picker",
+		"single-profile-handler", "slo-headroom-tier-filter", "utilization-detector", "weighted-random-picker",
 	}
 	if diff := cmp.Diff(want, reg.Types()); diff != "" {
 		t.Fatalf("registered types (-want +got):\n%s", diff)

@@ -99,6 +99,11 @@ const (
 	SessionTokenIgnored          Name = "session-token-ignored"
 	SessionTokenNotReturned      Name = "session-token-not-returned"
 	MalformedSessionTokenIgnored Name = "malformed-session-token-ignored"
+	FCPriorityIgnored            Name = "fc-priority-ignored"
+	FCTTLNeverExpires            Name = "fc-ttl-never-expires"
+	FCFullBandWaits              Name = "fc-full-band-waits"
+	FCCancelNotPropagated        Name = "fc-cancel-not-propagated"
+	FCDroppedReasonMissing       Name = "fc-dropped-reason-missing"
 )
 
 // Mutant describes one mutant for the matrix.
@@ -225,6 +230,16 @@ var catalogue = []Mutant{
 		Via: Interceptor, Where: "selfcheck/mutant/interceptor: x-session-token is removed from the response-headers response", Kind: BlackBox, Target: "SessionAffinity"},
 	{Name: MalformedSessionTokenIgnored, Breaks: "an empty or undecodable x-session-token is refused with 400 naming it (docs/request-surface.md, eppkit)",
 		Via: Interceptor, Where: "selfcheck/mutant/interceptor: an empty or non-base64 x-session-token is removed, so the EPP starts a new session as llm-d-router v0.10.0 does", Kind: BlackBox, Target: "ReferenceMalformedControlHeaders400"},
+	{Name: FCPriorityIgnored, Breaks: "when capacity returns, a higher priority band is dispatched first (SPEC §10, upstream: flow control dispatchCycle)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: objective headers never reach the EPP, so every request is in band 0 (first come, first served)", Kind: BlackBox, Target: "FlowControl"},
+	{Name: FCTTLNeverExpires, Breaks: "a request that waits past its TTL is refused 429 rejected-ttl-expired (SPEC §10, upstream)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: refusals naming rejected-ttl-expired never reach the gateway, so the request waits on", Kind: BlackBox, Target: "FlowControl"},
+	{Name: FCFullBandWaits, Breaks: "a request whose band is full is refused at once, 429 rejected-saturated (SPEC §10, upstream: hasCapacity)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: refusals naming rejected-saturated reach the gateway 4 s late, as from an EPP that queues past capacity", Kind: BlackBox, Target: "FlowControl"},
+	{Name: FCCancelNotPropagated, Breaks: "a queued request whose client goes away leaves its band (SPEC §10, upstream: EvictedContextCancelled)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: the EPP's stream is not cancelled when the gateway's ends, so the request stays queued", Kind: BlackBox, Target: "FlowControl"},
+	{Name: FCDroppedReasonMissing, Breaks: "flow control's refusals carry x-llm-d-request-dropped-reason (SPEC §10, upstream: translateFlowControlOutcome)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: x-llm-d-request-dropped-reason is removed from every ImmediateResponse", Kind: BlackBox, Target: "FlowControl"},
 	{Name: PluginStateScoreOnly, Breaks: "the prefix producer writes its plugin state in PrepareData, so the pick is indexed without a prefix scorer (GIE PR #2005, SPEC §1)",
 		Via: Plugin, Where: "selfcheck/mutant/wrap: approx-prefix-cache-producer wrapped, its plugin-state entry deleted when PrepareData ends", Kind: WhiteBox, Suite: "pluginstate",
 		Target: "the only profile has no prefix scorer should hold: PreRequest indexes the pick"},

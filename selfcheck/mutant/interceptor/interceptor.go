@@ -140,8 +140,18 @@ func (i *Interceptor) Close() error {
 
 // Process implements ExternalProcessor/Process: one stream to the EPP per gateway stream.
 func (i *Interceptor) Process(down extprocv3.ExternalProcessor_ProcessServer) error {
-	ctx, cancel := context.WithCancel(down.Context())
-	defer cancel()
+	parent := down.Context()
+	if i.rule.detach {
+		// The EPP's stream outlives the gateway's: it is cancelled only when the EPP ends it.
+		parent = context.WithoutCancel(parent)
+	}
+	ctx, cancel := context.WithCancel(parent)
+	detached := false
+	defer func() {
+		if !detached {
+			cancel()
+		}
+	}()
 	if md, ok := metadata.FromIncomingContext(down.Context()); ok {
 		ctx = metadata.NewOutgoingContext(ctx, md.Copy())
 	}
@@ -160,7 +170,9 @@ func (i *Interceptor) Process(down extprocv3.ExternalProcessor_ProcessServer) er
 				return
 			}
 			if err != nil {
-				cancel()
+				if !i.rule.detach {
+					cancel()
+				}
 				return
 			}
 			if err := st.request(msg); err != nil {
@@ -189,6 +201,18 @@ func (i *Interceptor) Process(down extprocv3.ExternalProcessor_ProcessServer) er
 		out, end := st.response(resp)
 		for _, m := range out {
 			if err := down.Send(m); err != nil {
+				if i.rule.detach {
+					// The gateway is gone; the EPP's stream lives on until the EPP ends it.
+					detached = true
+					go func() {
+						defer cancel()
+						for {
+							if _, err := up.Recv(); err != nil {
+								return
+							}
+						}
+					}()
+				}
 				return err
 			}
 		}

@@ -40,6 +40,11 @@ func epp(t *testing.T) *extproctest.Server {
 	n := 0
 	srv, err := extproctest.Start(extproctest.Script{
 		OnRequest: func(seen *extproctest.Seen) []*extprocv3.ProcessingResponse {
+			switch string(seen.Body) {
+			case "ttl", "full":
+				reason := map[string]string{"ttl": "rejected-ttl-expired", "full": "rejected-saturated"}[string(seen.Body)]
+				return []*extprocv3.ProcessingResponse{extproctest.Immediate(429, map[string]string{"x-llm-d-request-dropped-reason": reason}, []byte("flow control"))}
+			}
 			if string(seen.Body) == "bad" {
 				return []*extprocv3.ProcessingResponse{extproctest.Immediate(400, map[string]string{"content-type": "text/plain"}, []byte("bad body"))}
 			}
@@ -400,6 +405,69 @@ func TestEachMutantBreaksItsRule(t *testing.T) {
 				t.Errorf("the EPP saw %v then %v; want the malformed token removed, the valid one kept", seen[0].Headers, seen[1].Headers)
 			}
 		},
+		mutant.FCPriorityIgnored: func(t *testing.T, st *extprocclient.Stream, up *extproctest.Server) {
+			exchange(t, st, request("a", nil, map[string]string{"x-llm-d-inference-objective": "o", "x-gateway-inference-objective": "p", "x-keep": "1"}))
+			if h := up.Seen()[0].Headers; h["x-llm-d-inference-objective"] != "" || h["x-gateway-inference-objective"] != "" || h["x-keep"] != "1" {
+				t.Errorf("the EPP saw %v, want no objective", h)
+			}
+		},
+		mutant.FCTTLNeverExpires: func(t *testing.T, st *extprocclient.Stream, _ *extproctest.Server) {
+			st.SetMessageTimeout(300 * time.Millisecond)
+			if err := st.SendRequest(request("ttl", nil, nil)); err != nil {
+				t.Fatal(err)
+			}
+			if d, err := st.ReadDecision(t.Context(), false); !errors.Is(err, extprocclient.ErrMessageTimeout) {
+				t.Errorf("the TTL refusal reached the gateway: %+v, %v", d, err)
+			}
+		},
+		mutant.FCFullBandWaits: func(t *testing.T, st *extprocclient.Stream, _ *extproctest.Server) {
+			st.SetMessageTimeout(10 * time.Second)
+			began := time.Now()
+			d := exchange(t, st, request("full", nil, nil))
+			if d.Immediate == nil || d.Immediate.Headers["x-llm-d-request-dropped-reason"] != "rejected-saturated" || time.Since(began) < fcFullBandDelay {
+				t.Errorf("refusal %+v after %v, want it after %v", d.Immediate, time.Since(began), fcFullBandDelay)
+			}
+		},
+		mutant.FCDroppedReasonMissing: func(t *testing.T, st *extprocclient.Stream, _ *extproctest.Server) {
+			d := exchange(t, st, request("ttl", nil, nil))
+			if d.Immediate == nil || d.Immediate.Status != 429 || d.Immediate.Headers["x-llm-d-request-dropped-reason"] != "" {
+				t.Errorf("refusal %+v, want 429 without a dropped reason", d.Immediate)
+			}
+		},
+		mutant.FCCancelNotPropagated: func(t *testing.T, _ *extprocclient.Stream, _ *extproctest.Server) {
+			// The mutant and the transparent proxy in front of an EPP that records when its stream ends.
+			for _, tc := range []struct {
+				m        mutant.Name
+				detached bool
+			}{{"", false}, {mutant.FCCancelNotPropagated, true}} {
+				ended := make(chan struct{})
+				srv := grpc.NewServer()
+				extprocv3.RegisterExternalProcessorServer(srv, &waitingEPP{ended: ended})
+				lis, err := net.Listen("tcp", "127.0.0.1:0")
+				if err != nil {
+					t.Fatal(err)
+				}
+				go func() { _ = srv.Serve(lis) }()
+				i := start(t, lis.Addr().String(), tc.m)
+				st := open(t, i.Addr())
+				if err := st.SendRequestHeaders([]extprocclient.Header{{Key: ":path", Value: "/v1/completions"}}, false, extprocclient.Metadata{}); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(100 * time.Millisecond)
+				st.Close()
+				select {
+				case <-ended:
+					if tc.detached {
+						t.Errorf("%s: the EPP's stream ended with the gateway's", tc.m)
+					}
+				case <-time.After(500 * time.Millisecond):
+					if !tc.detached {
+						t.Errorf("transparent: the EPP's stream outlived the gateway's")
+					}
+				}
+				srv.Stop()
+			}
+		},
 		mutant.PromptListRefused: func(t *testing.T, st *extprocclient.Stream, _ *extproctest.Server) {
 			mustRoute(t, st, requestTo("/v1/completions", `{"model":"m","prompt":"one"}`))
 			mustRoute(t, st, requestTo("/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":["x"]}]}`))
@@ -458,6 +526,18 @@ func TestEachMutantBreaksItsRule(t *testing.T) {
 			check(t, open(t, start(t, up.Addr(), m).Addr()), up)
 		})
 	}
+}
+
+// waitingEPP answers nothing; it closes ended when its stream's context ends.
+type waitingEPP struct {
+	extprocv3.UnimplementedExternalProcessorServer
+	ended chan struct{}
+}
+
+func (w *waitingEPP) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
+	<-srv.Context().Done()
+	close(w.ended)
+	return nil
 }
 
 func TestStartErrors(t *testing.T) {

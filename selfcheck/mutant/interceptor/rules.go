@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -57,6 +58,9 @@ const (
 type rule struct {
 	request  func(st *stream, msg *extprocv3.ProcessingRequest) error
 	response func(st *stream, resp *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, *ending)
+	// detach keeps the EPP's stream open after the gateway's ended (the client's going away
+	// never reaches the EPP); it ends when the EPP ends it.
+	detach bool
 }
 
 // pass forwards resp unchanged.
@@ -363,6 +367,41 @@ var rules = map[mutant.Name]rule{
 		return nil
 	}},
 
+	// Flow control (issue 31 item 6). Every request reaches the EPP without an objective, so
+	// every request is in band 0: priority is ignored.
+	mutant.FCPriorityIgnored: {request: func(_ *stream, msg *extprocv3.ProcessingRequest) error {
+		removeHeaders(msg.GetRequestHeaders().GetHeaders(), headerObjective, headerLLMDObjective)
+		return nil
+	}},
+
+	// A refusal for an expired TTL never reaches the gateway: the request waits on forever.
+	mutant.FCTTLNeverExpires: {response: func(_ *stream, resp *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, *ending) {
+		if droppedReason(resp) == "rejected-ttl-expired" {
+			return nil, nil
+		}
+		return pass(resp)
+	}},
+
+	// A refusal for a full band reaches the gateway only after fcFullBandDelay, as from an EPP
+	// that queues the request anyway.
+	mutant.FCFullBandWaits: {response: func(_ *stream, resp *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, *ending) {
+		if droppedReason(resp) == "rejected-saturated" {
+			time.Sleep(fcFullBandDelay)
+		}
+		return pass(resp)
+	}},
+
+	// The client's going away never reaches the EPP: its queued request stays queued.
+	mutant.FCCancelNotPropagated: {detach: true},
+
+	// Refusals lose x-llm-d-request-dropped-reason (status and body stay).
+	mutant.FCDroppedReasonMissing: {response: func(_ *stream, resp *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, *ending) {
+		if hm := resp.GetImmediateResponse().GetHeaders(); hm != nil {
+			hm.SetHeaders = dropOptions(hm.SetHeaders, headerDroppedReason)
+		}
+		return pass(resp)
+	}},
+
 	// The endpoint scores name only the picked endpoints, as an EPP that publishes the
 	// destinations' scores and not every candidate's.
 	mutant.EndpointScoresPickedOnly: {response: func(_ *stream, resp *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, *ending) {
@@ -413,6 +452,15 @@ var rules = map[mutant.Name]rule{
 		}
 		return pass(resp)
 	}},
+}
+
+// fcFullBandDelay is how long fc-full-band-waits holds a capacity refusal (longer than the
+// FlowControl test's TTL).
+const fcFullBandDelay = 4 * time.Second
+
+// droppedReason returns the x-llm-d-request-dropped-reason of an ImmediateResponse, "" otherwise.
+func droppedReason(resp *extprocv3.ProcessingResponse) string {
+	return setHeaderValue(resp.GetImmediateResponse().GetHeaders(), headerDroppedReason)
 }
 
 // replayResponseChunks is a mutant that answers the response body itself: each chunk the gateway
