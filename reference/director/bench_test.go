@@ -54,7 +54,9 @@ func BenchmarkHandleRequestFlowControl(b *testing.B) {
 	b.Run("endpoints=100/prompt=2KB", func(b *testing.B) { benchHandleRequestCfg(b, 100, 2<<10, true) })
 }
 
-func benchHandleRequest(b *testing.B, n, promptBytes int) { benchHandleRequestCfg(b, n, promptBytes, false) }
+func benchHandleRequest(b *testing.B, n, promptBytes int) {
+	benchHandleRequestCfg(b, n, promptBytes, false)
+}
 
 func benchHandleRequestCfg(b *testing.B, n, promptBytes int, flowControl bool) {
 	ctx, cancel := context.WithCancel(context.Background())
