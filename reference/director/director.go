@@ -19,7 +19,6 @@ import (
 	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -145,10 +144,8 @@ type Director struct {
 	seq      atomic.Uint64
 	// snap caches the keys of the source's last Snapshot (snapshotSource only).
 	snap atomic.Pointer[keyedSnapshot]
-	// fc is the flow controller (featureGates: [flowControl]), nil when off; releases maps an
-	// admitted request's RequestID to its release (EndRequest calls it).
-	fc       *flowcontrol.Controller
-	releases sync.Map
+	// fc is the flow controller (featureGates: [flowControl]), nil when off.
+	fc *flowcontrol.Controller
 }
 
 // New returns a Director. It fails when Runtime or Endpoints is nil.
@@ -229,14 +226,14 @@ func (d *Director) flowPool() flowcontrol.Pool {
 	return &keyedSnapshot{mds: mds, keys: keysOf(mds), m: d.metrics}
 }
 
-// release ends the flow-control accounting of req, once (no-op without flow control).
+// release ends the flow-control accounting of req, once (no-op without flow control or when
+// flow control did not admit it). EndRequest runs once per request, so no lock is needed.
 func (d *Director) release(req *framework.LLMRequest) {
-	if d.fc == nil || req == nil {
+	if d.fc == nil || req == nil || !req.FlowControlled {
 		return
 	}
-	if rel, ok := d.releases.LoadAndDelete(req.RequestID); ok {
-		rel.(func())()
-	}
+	req.FlowControlled = false
+	d.fc.Release()
 }
 
 // Runtime returns the director's runtime.
@@ -394,11 +391,10 @@ func (d *Director) HandleRequest(ctx context.Context, in *Input) (res *Result, e
 		// Flow control (docs/request-surface.md §6): wait for the pool's capacity in the
 		// request's priority band, or be refused with a dropped reason. It replaces the legacy
 		// shedding below, as in llm-d-router v0.10.0 (requestcontrol/admission.go).
-		release, ferr := d.fc.Admit(ctx, flowcontrol.Request{Priority: req.Priority, FairnessID: req.FairnessID, Bytes: int64(len(in.Body))})
-		if ferr != nil {
+		if ferr := d.fc.Admit(ctx, flowcontrol.Request{Priority: req.Priority, FairnessID: req.FairnessID, Bytes: int64(len(in.Body))}); ferr != nil {
 			return nil, fmt.Errorf("flow control (objective %q, priority %d): %w", req.Objective, req.Priority, ferr)
 		}
-		d.releases.Store(req.RequestID, release)
+		req.FlowControlled = true
 	}
 
 	mds, keys := d.pool()

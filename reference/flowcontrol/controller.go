@@ -117,9 +117,9 @@ func New(ctx context.Context, opts Options) (*Controller, error) {
 // Dispatched returns how many requests the controller dispatched (for tests and benchmarks).
 func (c *Controller) Dispatched() int64 { return c.dispatchN.Load() }
 
-// Admit blocks until the request may be scheduled, and returns the release to call once the
-// request ended (its in-flight count, which concurrency-detector reads). It refuses with a
-// *framework.Dropped:
+// Admit blocks until the request may be scheduled; once it returns nil the caller must call
+// Release exactly once when the request ends (its in-flight count, which concurrency-detector
+// reads). It refuses with a *framework.Dropped:
 //
 //   - its band's or the global queue is at capacity: 429 rejected-saturated (503
 //     rejected-no-endpoints when the pool is empty), at once;
@@ -130,20 +130,20 @@ func (c *Controller) Dispatched() int64 { return c.dispatchN.Load() }
 //   - the controller stopped: 503 rejected-shutting-down.
 //
 // A request finding no queue and an unsaturated pool is dispatched at once (the idle path).
-func (c *Controller) Admit(ctx context.Context, r Request) (release func(), err error) {
+func (c *Controller) Admit(ctx context.Context, r Request) error {
 	start := c.opts.Clock.Now()
 	c.mu.Lock()
 	if c.stopped {
 		c.mu.Unlock()
 		c.observeWait(r.Priority, OutcomeRejectedOther, 0)
-		return nil, shuttingDown()
+		return shuttingDown()
 	}
 	if c.queued == 0 && c.saturation() < 1 {
 		c.inFlight++
 		c.mu.Unlock()
 		c.dispatchN.Add(1)
 		c.observeWait(r.Priority, OutcomeDispatched, 0)
-		return c.releaser(), nil
+		return nil
 	}
 	b := c.band(r.Priority)
 	full := ""
@@ -162,11 +162,11 @@ func (c *Controller) Admit(ctx context.Context, r Request) (release func(), err 
 		c.mu.Unlock()
 		if empty {
 			c.observeWait(r.Priority, OutcomeRejectedNoEndpoints, 0)
-			return nil, &framework.Dropped{Reason: framework.DroppedNoEndpoints, Err: fmt.Errorf(
+			return &framework.Dropped{Reason: framework.DroppedNoEndpoints, Err: fmt.Errorf(
 				"no endpoints available: request rejected pre-queue: queue at capacity (%s): %w", full, framework.ErrNoEndpoints)}
 		}
 		c.observeWait(r.Priority, OutcomeRejectedCapacity, 0)
-		return nil, &framework.Dropped{Reason: framework.DroppedSaturated, Err: fmt.Errorf(
+		return &framework.Dropped{Reason: framework.DroppedSaturated, Err: fmt.Errorf(
 			"request rejected pre-queue: queue at capacity (%s): %w", full, framework.ErrShed)}
 	}
 	it := &item{req: r, enqueued: start, done: make(chan error, 1), queued: true}
@@ -192,23 +192,23 @@ func (c *Controller) Admit(ctx context.Context, r Request) (release func(), err 
 	case <-ctx.Done():
 		if c.dequeue(it) {
 			c.observeLeft(it, OutcomeEvictedContextCancelled)
-			return nil, &framework.Dropped{Reason: framework.DroppedContextCancelled, Err: fmt.Errorf(
+			return &framework.Dropped{Reason: framework.DroppedContextCancelled, Err: fmt.Errorf(
 				"client disconnected: request evicted from queue: %w: %w", ctx.Err(), framework.ErrNoEndpoints)}
 		}
 		// Dispatched meanwhile: nobody will run it.
-		if rel, err := c.finish(it, <-it.done); err == nil {
-			rel()
+		if c.finish(it, <-it.done) == nil {
+			c.Release()
 		}
-		return nil, &framework.Dropped{Reason: framework.DroppedContextCancelled, Err: fmt.Errorf(
+		return &framework.Dropped{Reason: framework.DroppedContextCancelled, Err: fmt.Errorf(
 			"client disconnected: %w: %w", ctx.Err(), framework.ErrNoEndpoints)}
 	case <-ttl:
 		if c.dequeue(it) {
 			c.observeLeft(it, OutcomeEvictedTTL)
 			if c.poolEmpty() {
-				return nil, &framework.Dropped{Reason: framework.DroppedNoEndpoints, Err: fmt.Errorf(
+				return &framework.Dropped{Reason: framework.DroppedNoEndpoints, Err: fmt.Errorf(
 					"request timed out in queue and no endpoints are available: request TTL %s expired: %w", c.ttl, framework.ErrNoEndpoints)}
 			}
-			return nil, &framework.Dropped{Reason: framework.DroppedTTLExpired, Err: fmt.Errorf(
+			return &framework.Dropped{Reason: framework.DroppedTTLExpired, Err: fmt.Errorf(
 				"request timed out in queue: request evicted from queue: request TTL %s expired: %w", c.ttl, framework.ErrShed)}
 		}
 		return c.finish(it, <-it.done)
@@ -216,13 +216,13 @@ func (c *Controller) Admit(ctx context.Context, r Request) (release func(), err 
 }
 
 // finish ends a wait whose item left the queue by dispatch (err nil) or shutdown.
-func (c *Controller) finish(it *item, err error) (func(), error) {
+func (c *Controller) finish(it *item, err error) error {
 	if err != nil {
 		c.observeWait(it.req.Priority, OutcomeRejectedOther, c.opts.Clock.Since(it.enqueued))
-		return nil, err
+		return err
 	}
 	c.observeWait(it.req.Priority, OutcomeDispatched, c.opts.Clock.Since(it.enqueued))
-	return c.releaser(), nil
+	return nil
 }
 
 func (c *Controller) observeLeft(it *item, outcome string) {
@@ -238,20 +238,14 @@ func (c *Controller) observeWait(priority int, outcome string, d time.Duration) 
 	}
 }
 
-// releaser returns the once-only release of one in-flight request.
-func (c *Controller) releaser() func() {
-	var once atomic.Bool
-	return func() {
-		if !once.CompareAndSwap(false, true) {
-			return
-		}
-		c.mu.Lock()
-		c.inFlight--
-		queued := c.queued > 0
-		c.mu.Unlock()
-		if queued {
-			c.signal() // capacity may have returned
-		}
+// Release ends one admitted request's flight (call it once per Admit that returned nil).
+func (c *Controller) Release() {
+	c.mu.Lock()
+	c.inFlight--
+	queued := c.queued > 0
+	c.mu.Unlock()
+	if queued {
+		c.signal() // capacity may have returned
 	}
 }
 

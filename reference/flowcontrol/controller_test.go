@@ -41,8 +41,8 @@ type result struct {
 func admit(c *Controller, ctx context.Context, prio int) chan result {
 	ch := make(chan result, 1)
 	go func() {
-		rel, err := c.Admit(ctx, Request{Priority: prio, Bytes: 10})
-		ch <- result{rel, err}
+		err := c.Admit(ctx, Request{Priority: prio, Bytes: 10})
+		ch <- result{c.Release, err}
 	}()
 	return ch
 }
@@ -140,7 +140,7 @@ func TestEmptyPoolAndStop(t *testing.T) {
 	if reasonOf(r.err) != framework.DroppedShuttingDown {
 		t.Fatalf("stopped: %v", r.err)
 	}
-	if _, err := c.Admit(context.Background(), Request{}); reasonOf(err) != framework.DroppedShuttingDown {
+	if err := c.Admit(context.Background(), Request{}); reasonOf(err) != framework.DroppedShuttingDown {
 		t.Fatalf("after stop: %v", err)
 	}
 }

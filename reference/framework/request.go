@@ -26,6 +26,9 @@ type LLMRequest struct {
 	FairnessID string
 	// Priority is the objective's priority; sheddable when < 0.
 	Priority int
+	// FlowControlled is set by the director when flow control admitted the request: its
+	// in-flight count is released when the request ends.
+	FlowControlled bool
 }
 
 // API names the inference API a request body was parsed as, from the request path (SPEC §9.1).
