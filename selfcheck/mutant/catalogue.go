@@ -104,6 +104,7 @@ const (
 	FCFullBandWaits              Name = "fc-full-band-waits"
 	FCCancelNotPropagated        Name = "fc-cancel-not-propagated"
 	FCDroppedReasonMissing       Name = "fc-dropped-reason-missing"
+	LLMDGroupIgnored             Name = "llmd-group-ignored"
 )
 
 // Mutant describes one mutant for the matrix.
@@ -240,6 +241,8 @@ var catalogue = []Mutant{
 		Via: Interceptor, Where: "selfcheck/mutant/interceptor: the EPP's stream is not cancelled when the gateway's ends, so the request stays queued", Kind: BlackBox, Target: "FlowControl"},
 	{Name: FCDroppedReasonMissing, Breaks: "flow control's refusals carry x-llm-d-request-dropped-reason (SPEC §10, upstream: translateFlowControlOutcome)",
 		Via: Interceptor, Where: "selfcheck/mutant/interceptor: x-llm-d-request-dropped-reason is removed from every ImmediateResponse", Kind: BlackBox, Target: "FlowControl"},
+	{Name: LLMDGroupIgnored, Breaks: "InferenceObjectives and InferenceModelRewrites are read from llm-d.ai when it is served, the legacy group ignored (SPEC §10, upstream: populateWithDiscovery)",
+		Via: EndpointSource, Where: "selfcheck/mutant/wrap PoolSource: the llm-d.ai API group reads as not served, so the source reads the legacy group", Kind: BlackBox, Target: "LLMDAPIGroup", NeedsAPIServer: true},
 	{Name: PluginStateScoreOnly, Breaks: "the prefix producer writes its plugin state in PrepareData, so the pick is indexed without a prefix scorer (GIE PR #2005, SPEC §1)",
 		Via: Plugin, Where: "selfcheck/mutant/wrap: approx-prefix-cache-producer wrapped, its plugin-state entry deleted when PrepareData ends", Kind: WhiteBox, Suite: "pluginstate",
 		Target: "the only profile has no prefix scorer should hold: PreRequest indexes the pick"},
