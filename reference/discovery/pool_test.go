@@ -68,8 +68,8 @@ type poolHarness struct {
 	rewrites *controllertest.FakeInformer
 	// legacyObjs and legacyRewrites are the legacy group's informers when llm-d.ai is served.
 	legacyObjs, legacyRewrites *controllertest.FakeInformer
-	rec      *recorder
-	curPool  *giev1.InferencePool
+	rec                        *recorder
+	curPool                    *giev1.InferencePool
 }
 
 func startPoolSource(t *testing.T, group string) *poolHarness {
