@@ -374,7 +374,9 @@ func (d *Director) HandleRequest(ctx context.Context, in *Input) (res *Result, e
 				req.TargetModel, res.ModelRewrite = target, name
 			}
 		}
-		if req.TargetModel == "" {
+		if req.TargetModel == "" || parsed.API == APICountTokens {
+			// count_tokens is a raw payload upstream: never rewritten (llm-d-router v0.10.0
+			// director.go modelRewriteIfNeeded skips payloads it cannot re-marshal).
 			req.TargetModel = parsed.Model
 		}
 		if req.TargetModel != parsed.Model {

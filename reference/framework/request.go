@@ -47,6 +47,13 @@ const (
 	APIMessages API = "messages"
 	// APIResponses is OpenAI /v1/responses (served by vLLM).
 	APIResponses API = "responses"
+	// APICountTokens is Anthropic's /v1/messages/count_tokens: the body is forwarded as it is,
+	// "model" optional, no prefix affinity (llm-d-router v0.10.0 parsers/anthropic: a raw payload).
+	APICountTokens API = "messages/count_tokens"
+	// APIGenerate is vLLM's /inference/v1/generate (token ids in, llm-d-router v0.10.0
+	// parsers/vllmhttp): "token_ids" must be a non-empty array of token ids; routed without
+	// prefix affinity.
+	APIGenerate API = "inference/v1/generate"
 	// APIOther is any other path with a JSON body: only "model" is read and the request is
 	// routed without prefix affinity.
 	APIOther API = "other"

@@ -105,6 +105,11 @@ const (
 	FCCancelNotPropagated        Name = "fc-cancel-not-propagated"
 	FCDroppedReasonMissing       Name = "fc-dropped-reason-missing"
 	LLMDGroupIgnored             Name = "llmd-group-ignored"
+	ConversationsRefused         Name = "conversations-refused"
+	RenderRefused                Name = "render-refused"
+	ImagesRefused                Name = "images-refused"
+	CountTokensModelRequired     Name = "count-tokens-model-required"
+	GenerateRefused              Name = "generate-refused"
 )
 
 // Mutant describes one mutant for the matrix.
@@ -243,6 +248,16 @@ var catalogue = []Mutant{
 		Via: Interceptor, Where: "selfcheck/mutant/interceptor: x-llm-d-request-dropped-reason is removed from every ImmediateResponse", Kind: BlackBox, Target: "FlowControl"},
 	{Name: LLMDGroupIgnored, Breaks: "InferenceObjectives and InferenceModelRewrites are read from llm-d.ai when it is served, the legacy group ignored (SPEC §10, upstream: populateWithDiscovery)",
 		Via: EndpointSource, Where: "selfcheck/mutant/wrap PoolSource: the llm-d.ai API group reads as not served, so the source reads the legacy group", Kind: BlackBox, Target: "LLMDAPIGroup", NeedsAPIServer: true},
+	{Name: ConversationsRefused, Breaks: "/v1/conversations is routed (SPEC §10, upstream: openai-parser)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: a /conversations request is answered with 400, as by an EPP that parses it as completions", Kind: BlackBox, Target: "OpenAIConversationsRouted"},
+	{Name: RenderRefused, Breaks: "/v1/chat/completions/render and /v1/completions/render are routed (SPEC §10, upstream: openai-parser)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: a request to a path ending in /completions/render is answered with 400", Kind: BlackBox, Target: "OpenAIRenderRouted"},
+	{Name: ImagesRefused, Breaks: "/v1/images/generations is routed (SPEC §10, upstream: openai-parser)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: an /images/generations request is answered with 400", Kind: BlackBox, Target: "OpenAIImagesGenerationsRouted"},
+	{Name: CountTokensModelRequired, Breaks: "/v1/messages/count_tokens is routed with or without a model (SPEC §10, upstream: anthropic-parser raw payload)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: a count_tokens body without a model is answered with 400", Kind: BlackBox, Target: "AnthropicCountTokensRouted"},
+	{Name: GenerateRefused, Breaks: "/inference/v1/generate is routed (SPEC §10, upstream: vllmhttp-parser)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: an /inference/v1/generate request is answered with 400", Kind: BlackBox, Target: "VLLMGenerateRouted"},
 	{Name: PluginStateScoreOnly, Breaks: "the prefix producer writes its plugin state in PrepareData, so the pick is indexed without a prefix scorer (GIE PR #2005, SPEC §1)",
 		Via: Plugin, Where: "selfcheck/mutant/wrap: approx-prefix-cache-producer wrapped, its plugin-state entry deleted when PrepareData ends", Kind: WhiteBox, Suite: "pluginstate",
 		Target: "the only profile has no prefix scorer should hold: PreRequest indexes the pick"},

@@ -468,6 +468,24 @@ func TestEachMutantBreaksItsRule(t *testing.T) {
 				srv.Stop()
 			}
 		},
+		mutant.ConversationsRefused: func(t *testing.T, st *extprocclient.Stream, _ *extproctest.Server) {
+			mustRoute(t, st, requestTo("/v1/completions", `{"model":"m","prompt":"one"}`))
+			mustRefuse400(t, st, requestTo("/v1/conversations", `{"model":"m","items":[{"type":"message"}]}`))
+		},
+		mutant.RenderRefused: func(t *testing.T, st *extprocclient.Stream, _ *extproctest.Server) {
+			mustRoute(t, st, requestTo("/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"x"}]}`))
+			mustRefuse400(t, st, requestTo("/v1/chat/completions/render", `{"model":"m","messages":[{"role":"user","content":"x"}]}`))
+		},
+		mutant.ImagesRefused: func(t *testing.T, st *extprocclient.Stream, _ *extproctest.Server) {
+			mustRefuse400(t, st, requestTo("/v1/images/generations", `{"model":"m","prompt":"x"}`))
+		},
+		mutant.CountTokensModelRequired: func(t *testing.T, st *extprocclient.Stream, _ *extproctest.Server) {
+			mustRoute(t, st, requestTo("/v1/messages/count_tokens", `{"model":"m","messages":[]}`))
+			mustRefuse400(t, st, requestTo("/v1/messages/count_tokens", `{"messages":[]}`))
+		},
+		mutant.GenerateRefused: func(t *testing.T, st *extprocclient.Stream, _ *extproctest.Server) {
+			mustRefuse400(t, st, requestTo("/inference/v1/generate", `{"model":"m","token_ids":[1]}`))
+		},
 		mutant.PromptListRefused: func(t *testing.T, st *extprocclient.Stream, _ *extproctest.Server) {
 			mustRoute(t, st, requestTo("/v1/completions", `{"model":"m","prompt":"one"}`))
 			mustRoute(t, st, requestTo("/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":["x"]}]}`))

@@ -311,6 +311,43 @@ var rules = map[mutant.Name]rule{
 		return ""
 	}),
 
+	// llm-d-router v0.10.0's other default paths (issue 31 item 8), each refused with 400 as by an
+	// EPP that does not know it.
+	mutant.ConversationsRefused: refuseWhen(func(path string, _ []byte) string {
+		if pathIs(path, "/conversations") {
+			return "field prompt is required for completions"
+		}
+		return ""
+	}),
+	mutant.RenderRefused: refuseWhen(func(path string, _ []byte) string {
+		if pathIs(path, "/completions/render") {
+			return "unsupported API endpoint"
+		}
+		return ""
+	}),
+	mutant.ImagesRefused: refuseWhen(func(path string, _ []byte) string {
+		if pathIs(path, "/images/generations") {
+			return "field prompt is required for completions"
+		}
+		return ""
+	}),
+	// count_tokens without a model is refused, as by an EPP that requires a model on every path.
+	mutant.CountTokensModelRequired: refuseWhen(func(path string, body []byte) string {
+		var b struct {
+			Model *string `json:"model"`
+		}
+		if pathIs(path, "/messages/count_tokens") && json.Unmarshal(body, &b) == nil && b.Model == nil {
+			return `field "model" is required`
+		}
+		return ""
+	}),
+	mutant.GenerateRefused: refuseWhen(func(path string, _ []byte) string {
+		if pathIs(path, "/inference/v1/generate") {
+			return "field prompt is required for completions"
+		}
+		return ""
+	}),
+
 	// Every request header the EPP sets is marked APPEND_IF_EXISTS_OR_ADD (the proto's zero
 	// value): a gateway that honours append_action keeps the client's value beside the EPP's.
 	mutant.HeadersAppended: {response: func(_ *stream, resp *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, *ending) {
