@@ -21,6 +21,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"google.golang.org/protobuf/types/known/structpb"
+
 	"github.com/eppkit/eppkit/fakes/gateway"
 	"github.com/eppkit/eppkit/fakes/gateway/extprocclient"
 	"github.com/eppkit/eppkit/fakes/gateway/extprocclient/extproctest"
@@ -695,5 +697,35 @@ func TestResponseBodyMutationReachesClient(t *testing.T) {
 	}
 	if cl := res.Headers.Get("Content-Length"); cl != "" && cl != strconv.Itoa(len(want)) {
 		t.Errorf("Content-Length %s, body %d bytes", cl, len(want))
+	}
+}
+
+// TestEndpointScoresShown: the scores the EPP publishes with its pick reach the client as
+// x-eppkit-endpoint-scores (JSON); without scores the header is absent.
+func TestEndpointScoresShown(t *testing.T) {
+	a := newUpstream(t, "pod-a", nil)
+	for _, withScores := range []bool{true, false} {
+		epp := startEPP(t, extproctest.Script{OnRequest: func(seen *extproctest.Seen) []*extprocv3.ProcessingResponse {
+			out := extproctest.PickResponses(a.addr(), nil, seen.Body, 0, !seen.HeadersEOS)
+			if withScores {
+				lb := out[0].GetDynamicMetadata().GetFields()["envoy.lb"].GetStructValue()
+				lb.Fields["x-gateway-destination-endpoint-scores"] = structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+					a.addr(): structpb.NewNumberValue(2.5), "10.0.0.9:8000": structpb.NewNumberValue(1)}})
+			}
+			return out
+		}})
+		g := newGateway(t, gateway.Config{EPPAddress: epp.Addr()})
+		res, err := g.Do(context.Background(), &gateway.Request{Body: []byte(`{"model":"m"}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := res.Headers.Get(gateway.ScoresHeader)
+		want := ""
+		if withScores {
+			want = `{"10.0.0.9:8000":1,"` + a.addr() + `":2.5}`
+		}
+		if got != want {
+			t.Errorf("scores %v: %s = %q, want %q", withScores, gateway.ScoresHeader, got, want)
+		}
 	}
 }
