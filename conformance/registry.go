@@ -47,9 +47,23 @@ var (
 		// A real kube-apiserver + etcd from the tools cache holding the InferencePool, Ready
 		// Pods, the conformance InferenceObjectives (harness.Objectives) and the conformance
 		// InferenceModelRewrite (harness.ModelRewriteName).
+		// It also holds the llm-d.ai group test's objects, each in one API group
+		// (harness.GroupObjectives, harness.GroupModelRewrites).
 		"apiserver": func() (harness.EndpointSource, error) {
-			return apiserver.NewSource(apiserver.Options{Objectives: harness.Objectives(),
-				ModelRewrites: []apiserver.ModelRewrite{apiserver.ConformanceModelRewrite()}}), nil
+			opts := apiserver.Options{Objectives: harness.Objectives(),
+				ModelRewrites: []apiserver.ModelRewrite{apiserver.ConformanceModelRewrite()}}
+			for _, o := range harness.GroupObjectives() {
+				gvk := apiserver.InferenceObjectiveGVK
+				gvk.Group = o.Group
+				opts.GroupObjectives = append(opts.GroupObjectives, apiserver.GroupObjective{GVK: gvk, Name: o.Name, Priority: o.Priority})
+			}
+			for _, rw := range harness.GroupModelRewrites() {
+				gvk := apiserver.InferenceModelRewriteGVK
+				gvk.Group = rw.Group
+				opts.ModelRewrites = append(opts.ModelRewrites, apiserver.ModelRewrite{Name: rw.Name, Alias: rw.Alias,
+					Targets: []harness.RewriteTarget{{Model: rw.Target, Weight: 1}}, GVK: gvk})
+			}
+			return apiserver.NewSource(opts), nil
 		},
 	}
 )

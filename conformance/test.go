@@ -100,6 +100,20 @@ const (
 	// the pick as metadata only (valid by the protocol) may set no header at all.
 	FeatureRequestHeaderOverwrite Feature = "RequestHeaderOverwrite"
 
+	// FeatureEndpointScores: the pick's dynamic metadata carries envoy.lb /
+	// x-gateway-destination-endpoint-scores, every candidate's score (llm-d-router v0.10.0
+	// --emit-endpoint-scores; docs/request-surface.md §4).
+	FeatureEndpointScores Feature = "EndpointScores"
+	// FeatureSessionAffinity: requests that send back the session token of an earlier response
+	// (x-session-token) are pinned to its endpoint while it is eligible (llm-d-router v0.10.0
+	// session-affinity-filter / -scorer, encoded_endpoint_header; docs/request-surface.md §5).
+	FeatureSessionAffinity Feature = "SessionAffinity"
+	// FeatureFlowControl: with flow control on, requests wait in priority bands while the pool
+	// is saturated (TTL, band capacity, client cancel, priority order), refusals naming
+	// x-llm-d-request-dropped-reason (llm-d-router v0.10.0 pkg/epp/flowcontrol;
+	// docs/request-surface.md §6).
+	FeatureFlowControl Feature = "FlowControl"
+
 	// The EPP-Production features (ProductionFeatures).
 
 	// FeatureRequestIDIsolation: concurrent requests with the same x-request-id keep their own
@@ -136,7 +150,8 @@ var AllFeatures = append([]Feature{
 	FeatureOpenAIRequestParsing, FeaturePrefixCacheAffinity, FeatureQueueAwareness,
 	FeatureKVCacheAwareness, FeatureLoRAAffinity, FeaturePredictedLatency,
 	FeatureRequestShedding, FeatureEndpointChurn, FeatureDataParallelRanks,
-	FeatureSubsetHintIPMatching, FeatureHighAvailability, FeaturePrecisePrefixCache,
+	FeatureSubsetHintIPMatching, FeatureHighAvailability, FeaturePrecisePrefixCache, FeatureEndpointScores,
+	FeatureSessionAffinity, FeatureFlowControl,
 }, ProductionFeatures...)
 
 // ProductionFeatures are the features of the EPP-Production profile, in a stable order; every

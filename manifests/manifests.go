@@ -2,7 +2,8 @@
 //
 //   - k8s/: the InferencePool, InferenceObjective, InferenceModelRewrite and InferencePoolImport
 //     CRDs of the pinned GIE module (k8s/crds/, equal to what `eppkit tools build gie --only crds`
-//     extracts), the EPP's RBAC, the fake vLLM
+//     extracts), llm-d-router v0.10.0's InferenceObjective and InferenceModelRewrite CRDs of the
+//     llm-d.ai group (k8s/crds-llmd/, from its snapshot; LLMDCRDs), the EPP's RBAC, the fake vLLM
 //     Deployment and its headless Service, the InferencePool, the reference EPP Deployment +
 //     Service + config, and Envoy (Deployment, Service, bootstrap ConfigMap). No object names a
 //     namespace: the applier chooses it (conformance/cluster/apply).
@@ -117,6 +118,26 @@ func mustRead(name string) []byte {
 		panic(fmt.Sprintf("manifests: embedded %s: %v", name, err))
 	}
 	return b
+}
+
+// LLMDCRDs returns the files of k8s/crds-llmd/ (name → YAML): llm-d-router v0.10.0's
+// InferenceObjective and InferenceModelRewrite CRDs, group llm-d.ai, version v1alpha2 (config/crd/bases
+// of its snapshot; TestLLMDCRDsEqualSnapshot). The apiserver endpoint source installs them beside
+// GIE's.
+func LLMDCRDs() (map[string][]byte, error) {
+	entries, err := fs.ReadDir(files, "k8s/crds-llmd")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]byte{}
+	for _, e := range entries {
+		b, err := fs.ReadFile(files, "k8s/crds-llmd/"+e.Name())
+		if err != nil {
+			return nil, err
+		}
+		out[e.Name()] = b
+	}
+	return out, nil
 }
 
 // K8sObjects returns every object of k8s/ (recursively), CRDs first, then in file order.

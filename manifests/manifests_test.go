@@ -1,9 +1,13 @@
 package manifests
 
 import (
+	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"context"
+	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -195,6 +199,8 @@ func TestK8sObjects(t *testing.T) {
 		{"CustomResourceDefinition", "inferenceobjectives.inference.networking.x-k8s.io"},
 		{"CustomResourceDefinition", "inferencemodelrewrites.inference.networking.x-k8s.io"},
 		{"CustomResourceDefinition", "inferencepoolimports.inference.networking.x-k8s.io"},
+		{"CustomResourceDefinition", "inferenceobjectives.llm-d.ai"},
+		{"CustomResourceDefinition", "inferencemodelrewrites.llm-d.ai"},
 		{"ServiceAccount", EPPServiceAccount}, {"Role", "eppkit-epp"}, {"RoleBinding", "eppkit-epp"},
 		{"ClusterRole", "eppkit-epp-metrics-auth"}, {"ClusterRoleBinding", "eppkit-epp-metrics-auth"},
 		{"ClusterRole", EPPMetricsReaderClusterRole},
@@ -219,7 +225,7 @@ func TestK8sObjects(t *testing.T) {
 		if ns := o.GetNamespace(); ns != "" {
 			t.Errorf("%s/%s names namespace %q; leave it to the applier", o.GetKind(), o.GetName(), ns)
 		}
-		if isCRD(o) != (i < 4) {
+		if isCRD(o) != (i < 6) {
 			t.Errorf("object %d is %s/%s: CRDs must come first", i, o.GetKind(), o.GetName())
 		}
 	}
@@ -413,5 +419,62 @@ func TestDecodeObjects(t *testing.T) {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// llmdSnapshot is the llm-d-router v0.10.0 source snapshot (SPEC §10), beside the repository.
+const llmdSnapshot = "../shared/thirdparty/llm-d-router-v0.10.0.tar.gz"
+
+// TestLLMDCRDsEqualSnapshot checks that k8s/crds-llmd/ holds llm-d-router v0.10.0's
+// InferenceObjective and InferenceModelRewrite CRDs (group llm-d.ai, v1alpha2) byte for byte as
+// its snapshot has them in config/crd/bases/. They were extracted with
+//
+//	tar -xzf ../shared/thirdparty/llm-d-router-v0.10.0.tar.gz --strip-components=3 -C manifests/k8s/crds-llmd \
+//	  llm-d-router-v0.10.0/config/crd/bases/llm-d.ai_inferenceobjectives.yaml \
+//	  llm-d-router-v0.10.0/config/crd/bases/llm-d.ai_inferencemodelrewrites.yaml
+//
+// The test skips when the snapshot is not beside the repository.
+func TestLLMDCRDsEqualSnapshot(t *testing.T) {
+	root, err := toolcache.FindRepoRoot(".")
+	if err != nil {
+		t.Fatalf("repo root: %v", err)
+	}
+	snap := filepath.Join(root, llmdSnapshot)
+	f, err := os.Open(snap)
+	if err != nil {
+		t.Skipf("llm-d-router snapshot not found (%v)", err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]byte{}
+	tr := tar.NewReader(zr)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if dir, name := path.Split(h.Name); strings.HasSuffix(dir, "config/crd/bases/") && strings.HasPrefix(name, "llm-d.ai_") &&
+			(strings.Contains(name, "inferenceobjectives") || strings.Contains(name, "inferencemodelrewrites")) {
+			b, err := io.ReadAll(tr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want[name] = b
+		}
+	}
+	got := readDir(t, filepath.Join(root, "manifests", "k8s", "crds-llmd"))
+	if diff := cmp.Diff(sortedKeys(want), sortedKeys(got)); diff != "" {
+		t.Fatalf("manifests/k8s/crds-llmd files differ from the snapshot's (-want +got):\n%s", diff)
+	}
+	for name, b := range want {
+		if !bytes.Equal(b, got[name]) {
+			t.Errorf("manifests/k8s/crds-llmd/%s differs from %s config/crd/bases/%s", name, llmdSnapshot, name)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -83,7 +84,7 @@ func (s *Suite) StartDataParallelPool(t TestingT, pods, ranks int) *DataParallel
 	if !loopback {
 		pods = 1
 	}
-	sp := s.startSidePool(t, "dp", pods, base, nil, !loopback)
+	sp := s.startSidePool(t, "dp", pods, base, nil, !loopback, "")
 	dp := &DataParallelPool{Ranks: ranks, Fleet: sp.fleet, Gateway: sp.gateway, Endpoints: sp.endpoints, TargetAddress: sp.targetAddress}
 	return dp
 }
@@ -116,6 +117,10 @@ type FleetVariant struct {
 	// Configure edits pod i's configuration after the harness's settings (model, seed, prefix
 	// caching on, max-num-seqs 16, LoRA off).
 	Configure func(i int, c *vllm.Config)
+	// Config, when set, is the EndpointPickerConfig the variant's EPP gets as {{.ConfigFile}}
+	// instead of the run's (written to a file that is removed in Cleanup): a feature that needs
+	// an EPP configured otherwise than for the rest of the run (flow control).
+	Config []byte
 }
 
 // StartVariantPool starts v.Pods fake vLLM pods configured as v says, presents them as a second
@@ -139,7 +144,23 @@ func (s *Suite) StartVariantPool(t TestingT, v FleetVariant) *Suite {
 	}
 	base := s.sidePoolBase()
 	base.Seed = s.Seed + 2000
-	sp := s.startSidePool(t, v.Name, v.Pods, base, v.Configure, false)
+	configFile := ""
+	if len(v.Config) > 0 {
+		f, err := os.CreateTemp("", "eppkit-"+v.Name+"-config-*.yaml")
+		if err != nil {
+			t.Fatalf("fleet variant %s: write its EPP config: %v", v.Name, err)
+		}
+		t.Cleanup(func() { _ = os.Remove(f.Name()) })
+		_, err = f.Write(v.Config)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			t.Fatalf("fleet variant %s: write its EPP config: %v", v.Name, err)
+		}
+		configFile = f.Name()
+	}
+	sp := s.startSidePool(t, v.Name, v.Pods, base, v.Configure, false, configFile)
 	child := &Suite{Timeouts: s.Timeouts, Seed: s.Seed, Gateway: sp.gateway, Fleet: sp.fleet, ModelName: s.ModelName,
 		TargetAddress: sp.targetAddress, TargetTLS: s.TargetTLS, HealthAddress: sp.healthAddress, HealthTLS: s.HealthTLS,
 		MetricsAddress: sp.metricsAddress, TargetName: s.TargetName + " (" + v.Name + " pool)", Source: sp.env,
@@ -177,10 +198,10 @@ type sidePool struct {
 
 // startSidePool starts pods pods of base (edited per pod by configure, when set) on
 // DataParallelIPPrefix, a pool of every rank's ip:port in the run's SidePoolSource, a new
-// target instance for it with the run's config file, and a strict gateway; it waits until the
+// target instance for it with the run's config file (configFile when not ""), and a strict gateway; it waits until the
 // EPP is ready and registers every stop in t.Cleanup. distinct puts the pods on distinct ports
 // of 127.0.0.1.
-func (s *Suite) startSidePool(t TestingT, label string, pods int, base vllm.Config, configure func(int, *vllm.Config), distinct bool) *sidePool {
+func (s *Suite) startSidePool(t TestingT, label string, pods int, base vllm.Config, configure func(int, *vllm.Config), distinct bool, configFile string) *sidePool {
 	t.Helper()
 	is := s.target.(InstanceStarter)
 	sps := s.source.(SidePoolSource)
@@ -230,6 +251,9 @@ func (s *Suite) startSidePool(t TestingT, label string, pods int, base vllm.Conf
 	tenv := TargetEnv{Eppkit: s.cfg.Eppkit, Endpoints: sp.env.Endpoints, GRPCPort: ports[0], HealthPort: ports[1], MetricsPort: ports[2],
 		Kubeconfig: sp.env.Kubeconfig, PoolName: sp.env.PoolName, PoolNamespace: sp.env.PoolNamespace, ConfigFile: s.cfg.ConfigFile,
 		LogDir: logDir, Seed: s.Seed, PredictorURL: s.PredictorURL()}
+	if configFile != "" {
+		tenv.ConfigFile = configFile
+	}
 	if sp.env.Endpoints != "" {
 		tenv.ModelRewritesFile = s.modelRewritesFile
 	}

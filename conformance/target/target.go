@@ -25,8 +25,8 @@ import (
 // ReferenceCommand is the command template of the "reference" target: eppkit's own
 // reference-epp (the binary in {{.Eppkit}}), told the pool by the endpoint source. cmd/ and
 // suites/ register the "reference" target with it (this package never imports reference/).
-const ReferenceCommand = `{{.Eppkit}} reference-epp --grpc-port {{.GRPCPort}} --grpc-health-port {{.HealthPort}} --metrics-port {{.MetricsPort}}` +
-	`{{if .Endpoints}} --endpoints {{.Endpoints}} --objectives ` + harness.SheddableObjective + `=-1` +
+const ReferenceCommand = `{{.Eppkit}} reference-epp --grpc-port {{.GRPCPort}} --grpc-health-port {{.HealthPort}} --metrics-port {{.MetricsPort}} --emit-endpoint-scores` +
+	`{{if .Endpoints}} --endpoints {{.Endpoints}} --objectives ` + harness.SheddableObjective + `=-1,` + harness.CriticalObjective + `=10` +
 	`{{if .ModelRewritesFile}} --model-rewrites {{.ModelRewritesFile}}{{end}}{{end}}` +
 	`{{if .Kubeconfig}} --kubeconfig {{.Kubeconfig}} --pool-name {{.PoolName}} --pool-namespace {{.PoolNamespace}}{{end}}` +
 	`{{if .ConfigFile}} --config-file {{.ConfigFile}}{{end}}{{if .PredictorURL}} --predictor-url {{.PredictorURL}}{{end}} --seed {{.Seed}}`

@@ -22,11 +22,11 @@ func TestCommandTargetTemplate(t *testing.T) {
 		want string
 	}{
 		{harness.TargetEnv{Eppkit: "/bin/eppkit", Endpoints: "127.0.10.1:8000,127.0.10.2:8000", GRPCPort: 1, HealthPort: 2, MetricsPort: 3},
-			"/bin/eppkit reference-epp --grpc-port 1 --grpc-health-port 2 --metrics-port 3 --endpoints 127.0.10.1:8000,127.0.10.2:8000 --objectives eppkit-conformance-sheddable=-1 --seed 0"},
+			"/bin/eppkit reference-epp --grpc-port 1 --grpc-health-port 2 --metrics-port 3 --emit-endpoint-scores --endpoints 127.0.10.1:8000,127.0.10.2:8000 --objectives eppkit-conformance-sheddable=-1,eppkit-conformance-critical=10 --seed 0"},
 		{harness.TargetEnv{Eppkit: "/bin/eppkit", Endpoints: "127.0.10.1:8000", ModelRewritesFile: "/r.yaml", GRPCPort: 1, HealthPort: 2, MetricsPort: 3},
-			"/bin/eppkit reference-epp --grpc-port 1 --grpc-health-port 2 --metrics-port 3 --endpoints 127.0.10.1:8000 --objectives eppkit-conformance-sheddable=-1 --model-rewrites /r.yaml --seed 0"},
+			"/bin/eppkit reference-epp --grpc-port 1 --grpc-health-port 2 --metrics-port 3 --emit-endpoint-scores --endpoints 127.0.10.1:8000 --objectives eppkit-conformance-sheddable=-1,eppkit-conformance-critical=10 --model-rewrites /r.yaml --seed 0"},
 		{harness.TargetEnv{Eppkit: "e", Kubeconfig: "/k", PoolName: "p", PoolNamespace: "ns", ConfigFile: "/c.yaml", GRPCPort: 1, HealthPort: 2, MetricsPort: 3, Seed: 42},
-			"e reference-epp --grpc-port 1 --grpc-health-port 2 --metrics-port 3 --kubeconfig /k --pool-name p --pool-namespace ns --config-file /c.yaml --seed 42"},
+			"e reference-epp --grpc-port 1 --grpc-health-port 2 --metrics-port 3 --emit-endpoint-scores --kubeconfig /k --pool-name p --pool-namespace ns --config-file /c.yaml --seed 42"},
 	} {
 		got, err := c.Render(tc.env)
 		if err != nil {

@@ -11,13 +11,9 @@ import (
 	"github.com/eppkit/eppkit/fakes/gateway"
 )
 
-// Upstream's refusal reason header and its value for a request refused because the EPP is
-// shutting down (llm-d-router v0.10.0 pkg/common/error/error.go RequestDroppedReasonHeaderKey,
-// RequestDroppedReasonShuttingDown).
-const (
-	droppedReasonHeader = "x-llm-d-request-dropped-reason"
-	droppedShuttingDown = "rejected-shutting-down"
-)
+// droppedShuttingDown is droppedReasonHeader's value for a request refused because the EPP is
+// shutting down (llm-d-router v0.10.0 pkg/common/error/error.go RequestDroppedReasonShuttingDown).
+const droppedShuttingDown = "rejected-shutting-down"
 
 func init() {
 	conformance.Register(conformance.ConformanceTest{

@@ -9,37 +9,45 @@ import (
 	"github.com/eppkit/eppkit/fakes/vllm"
 )
 
-// reasonHeader names the cause of an ImmediateResponse (SPEC §9.3).
-const reasonHeader = "x-eppkit-reason"
+// retiredReasonHeader is the header eppkit's reference set on every refusal until issue 31
+// (SPEC §9.3 before llm-d-router v0.10.0 named its own, x-llm-d-request-dropped-reason).
+const retiredReasonHeader = "x-eppkit-reason"
 
 func init() {
 	conformance.Register(conformance.ConformanceTest{
 		ShortName: "ReferenceRefusalReasonHeader",
-		Description: "Every ImmediateResponse MUST carry the header x-eppkit-reason naming its cause besides the JSON body: " +
-			"bad-request for a malformed body, empty-subset for an empty subset hint, no-endpoints when no candidate is left, " +
-			"shed for a sheddable request refused because the pool is saturated.",
+		Description: "The reference MUST mark refusals with x-llm-d-request-dropped-reason exactly where llm-d-router v0.10.0 does: " +
+			"not on a malformed body (400), an empty subset hint or one no endpoint matches (503), or a sheddable request shed " +
+			"by the saturation detector with flow control off (429) — flow control's own refusals are FlowControl tests — and " +
+			"never with the retired x-eppkit-reason; every refusal has a JSON error body.",
 		Level:   conformance.LevelEppkit,
 		Profile: conformance.ProfileReference,
 		Preconditions: []string{"the EPP knows the InferenceObjective " + harness.SheddableObjective + " with priority -1 (as RequestShedding)",
+			"flow control is off (the legacy saturation detector sheds)",
 			"the saturation detector uses thresholds below waiting 50 and KV-cache use 0.99",
 			"the EPP observes new metrics within metricsPropagation"},
-		Source: "SPEC §9.3 (x-eppkit-reason: bad-request, shed, filtered-out, no-endpoints, empty-subset, internal; llm-d-router #1735)",
-		Run:    runReferenceRefusalReasonHeader,
+		Source: "docs/request-surface.md §2 (llm-d-router v0.10.0 pkg/common/error/error.go RequestDroppedReasonHeaderKey, " +
+			"BuildErrResponse; pkg/epp/requestcontrol/admission.go rejectIfSheddableAndSaturated (no reason), " +
+			"translateFlowControlOutcome (the reasons); pkg/epp/requestcontrol/director.go HandleRequest (503 without reason))",
+		Run: runReferenceRefusalReasonHeader,
 	})
 }
 
-// mustReason fails the test unless d is an ImmediateResponse of status with x-eppkit-reason
-// reason and a JSON error body.
-func mustReason(t harness.TestingT, s *harness.Suite, d *extprocclient.Decision, req extprocclient.Request, status int, reason string) {
+// mustNoReason fails the test unless d is an ImmediateResponse of status with a JSON error body
+// and neither x-llm-d-request-dropped-reason nor x-eppkit-reason.
+func mustNoReason(t harness.TestingT, s *harness.Suite, d *extprocclient.Decision, req extprocclient.Request, status int) {
 	t.Helper()
 	mustRefuse(t, s, d, req, status)
-	if got := d.Immediate.Headers[reasonHeader]; got != reason {
-		t.Fatalf("%s: ImmediateResponse %d carries %s=%q, want %q (headers %v)", describe(req), status, reasonHeader, got, reason, d.Immediate.Headers)
+	for _, h := range []string{droppedReasonHeader, retiredReasonHeader} {
+		if got, ok := d.Immediate.Headers[h]; ok {
+			t.Fatalf("%s: ImmediateResponse %d carries %s=%q; llm-d-router v0.10.0 marks only flow control's refusals (headers %v)",
+				describe(req), status, h, got, d.Immediate.Headers)
+		}
 	}
 	if len(d.Immediate.Body) == 0 || d.Immediate.Body[0] != '{' {
-		t.Fatalf("%s: ImmediateResponse %d has no JSON body besides the header: %q", describe(req), status, d.Immediate.Body)
+		t.Fatalf("%s: ImmediateResponse %d has no JSON body: %q", describe(req), status, d.Immediate.Body)
 	}
-	t.Logf("%s: %d, %s: %s", describe(req), status, reasonHeader, reason)
+	t.Logf("%s: %d without a dropped reason", describe(req), status)
 }
 
 func runReferenceRefusalReasonHeader(t harness.TestingT, s *harness.Suite) {
@@ -48,17 +56,17 @@ func runReferenceRefusalReasonHeader(t harness.TestingT, s *harness.Suite) {
 	good := func() []byte { return completionBody(s.ModelName, uniquePrompt(s, t, r, 8), nil) }
 
 	bad := surfaceRequest(pathCompletions, []byte(`{"model": "`+s.ModelName+`", "prompt": `), nil)
-	mustReason(t, s, exchange(t, s, c, bad), bad, 400, "bad-request")
+	mustNoReason(t, s, exchange(t, s, c, bad), bad, 400)
 	noModel := surfaceRequest(pathChat, []byte(`{"messages":[{"role":"user","content":"x"}]}`), nil)
-	mustReason(t, s, exchange(t, s, c, noModel), noModel, 400, "bad-request")
+	mustNoReason(t, s, exchange(t, s, c, noModel), noModel, 400)
 
 	empty := surfaceRequest(pathCompletions, good(), nil)
 	empty.SubsetHint = []string{}
-	mustReason(t, s, exchange(t, s, c, empty), empty, 503, "empty-subset")
+	mustNoReason(t, s, exchange(t, s, c, empty), empty, 503)
 
 	outside := surfaceRequest(pathCompletions, good(), nil)
 	outside.SubsetHint = []string{"192.0.2.1:8000"} // TEST-NET-1: never a pool member
-	mustReason(t, s, exchange(t, s, c, outside), outside, 503, "no-endpoints")
+	mustNoReason(t, s, exchange(t, s, c, outside), outside, 503)
 
 	// Saturation: every endpoint above both thresholds; a sheddable request is shed.
 	pins := map[string]vllm.FakeMetrics{}
@@ -68,7 +76,7 @@ func runReferenceRefusalReasonHeader(t harness.TestingT, s *harness.Suite) {
 	mkUnique := func() (string, []byte) { return pathCompletions, good() }
 	t.Cleanup(func() { restoreRouting(t, s, s.Endpoints()[0], mkUnique) })
 	pinAll(t, s, pins)
-	shed := surfaceRequest(pathCompletions, good(), map[string]string{"x-gateway-inference-objective": harness.SheddableObjective})
+	shed := surfaceRequest(pathCompletions, good(), map[string]string{hdrObjective: harness.SheddableObjective})
 	var last *extprocclient.Decision
 	harness.MustEventually(t, s, s.Timeouts.MetricsPropagation.D(), 1, func() error {
 		d, err := tryExchange(s, c, shed)
@@ -81,5 +89,5 @@ func runReferenceRefusalReasonHeader(t harness.TestingT, s *harness.Suite) {
 		}
 		return nil
 	})
-	mustReason(t, s, last, shed, 429, "shed")
+	mustNoReason(t, s, last, shed, 429)
 }

@@ -65,6 +65,11 @@ const (
 	// (strict mode: the request would reach the model server with a header twice) or
 	// "late-pick" (the pick arrived after Envoy releases the request headers to the router).
 	GatewayErrorHeader = "x-eppkit-gateway-error"
+	// ScoresHeader on the client response shows, as a JSON object, the endpoint scores the EPP
+	// published with its pick (dynamic metadata envoy.lb / x-gateway-destination-endpoint-scores,
+	// llm-d-router v0.10.0 --emit-endpoint-scores), which a client of Envoy never sees; absent
+	// when the EPP published none. For people trying an EPP by hand.
+	ScoresHeader = "x-eppkit-endpoint-scores"
 )
 
 // Defaults of Config.

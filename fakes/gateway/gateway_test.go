@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,6 +21,8 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/eppkit/eppkit/fakes/gateway"
 	"github.com/eppkit/eppkit/fakes/gateway/extprocclient"
@@ -719,5 +722,78 @@ func TestMalformedPickIsNotRouted(t *testing.T) {
 	}
 	if n, _ := g.MalformedPicks(); n != 0 {
 		t.Errorf("MalformedPicks = %d after a forwarded request, want 0", n)
+	}
+}
+
+// TestResponseBodyMutationReachesClient: the client gets the body the EPP returns in the response
+// phases (FULL_DUPLEX_STREAMED: the EPP's streamed_response chunks replace the model server's,
+// whatever their number; here it holds every chunk and answers once at end of stream), not the
+// model server's, framed by the gateway once the EPP removed the stale Content-Length.
+func TestResponseBodyMutationReachesClient(t *testing.T) {
+	const served = `{"id":"1","model":"lora-a","choices":[{"text":"hello"}]}`
+	a := newUpstream(t, "pod-a", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.Itoa(len(served)))
+		_, _ = w.Write([]byte(served[:20]))
+		w.(http.Flusher).Flush()
+		_, _ = w.Write([]byte(served[20:]))
+	})
+	var held []byte
+	epp := startEPP(t, extproctest.Script{
+		OnRequest: pickScript(a.addr(), nil, 0).OnRequest,
+		OnResponseHeaders: func(*extproctest.Seen) []*extprocv3.ProcessingResponse {
+			return []*extprocv3.ProcessingResponse{{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{
+				Response: &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{RemoveHeaders: []string{"content-length"}}},
+			}}}}
+		},
+		OnResponseBody: func(_ *extproctest.Seen, chunk []byte, eos bool) []*extprocv3.ProcessingResponse {
+			held = append(held, chunk...)
+			if !eos {
+				return nil
+			}
+			return []*extprocv3.ProcessingResponse{extproctest.StreamedBody(false, bytes.ReplaceAll(held, []byte("lora-a"), []byte("base")), true)}
+		},
+	})
+	g := newGateway(t, gateway.Config{EPPAddress: epp.Addr(), BodyChunkSize: 16})
+	res, err := g.Do(context.Background(), &gateway.Request{Body: []byte(`{"model":"base"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := strings.ReplaceAll(served, "lora-a", "base")
+	if string(res.Body) != want || res.Status != http.StatusOK {
+		t.Fatalf("client got %d %q, want 200 %q (the EPP's body)", res.Status, res.Body, want)
+	}
+	if cl := res.Headers.Get("Content-Length"); cl != "" && cl != strconv.Itoa(len(want)) {
+		t.Errorf("Content-Length %s, body %d bytes", cl, len(want))
+	}
+}
+
+// TestEndpointScoresShown: the scores the EPP publishes with its pick reach the client as
+// x-eppkit-endpoint-scores (JSON); without scores the header is absent.
+func TestEndpointScoresShown(t *testing.T) {
+	a := newUpstream(t, "pod-a", nil)
+	for _, withScores := range []bool{true, false} {
+		epp := startEPP(t, extproctest.Script{OnRequest: func(seen *extproctest.Seen) []*extprocv3.ProcessingResponse {
+			out := extproctest.PickResponses(a.addr(), nil, seen.Body, 0, !seen.HeadersEOS)
+			if withScores {
+				lb := out[0].GetDynamicMetadata().GetFields()["envoy.lb"].GetStructValue()
+				lb.Fields["x-gateway-destination-endpoint-scores"] = structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+					a.addr(): structpb.NewNumberValue(2.5), "10.0.0.9:8000": structpb.NewNumberValue(1)}})
+			}
+			return out
+		}})
+		g := newGateway(t, gateway.Config{EPPAddress: epp.Addr()})
+		res, err := g.Do(context.Background(), &gateway.Request{Body: []byte(`{"model":"m"}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := res.Headers.Get(gateway.ScoresHeader)
+		want := ""
+		if withScores {
+			want = `{"10.0.0.9:8000":1,"` + a.addr() + `":2.5}`
+		}
+		if got != want {
+			t.Errorf("scores %v: %s = %q, want %q", withScores, gateway.ScoresHeader, got, want)
+		}
 	}
 }

@@ -213,8 +213,28 @@ func (g *Gateway) serve(ctx context.Context, in *inbound, out sink) outcome {
 	}
 	res.endpoint = endpoint
 	defer resp.Body.Close()
+	if scores := endpointScores(rt.Released, d); scores != "" {
+		out.Header().Set(ScoresHeader, scores)
+	}
 	g.responsePhases(ctx, st, in, resp, endpoint, out, &res)
 	return res
+}
+
+// endpointScores returns the envoy.lb / x-gateway-destination-endpoint-scores struct of the
+// routing metadata as compact JSON, "" when there is none (ScoresHeader).
+func endpointScores(released bool, d *extprocclient.Decision) string {
+	if !released {
+		return ""
+	}
+	v := d.RoutingMetadata.GetFields()[extprocclient.DestinationNamespace].GetStructValue().GetFields()["x-gateway-destination-endpoint-scores"]
+	if v.GetStructValue() == nil {
+		return ""
+	}
+	b, err := json.Marshal(v.GetStructValue().AsMap())
+	if err != nil {
+		return ""
+	}
+	return string(b)
 }
 
 // eppFailed applies the failure mode to an EPP error in the request phases.

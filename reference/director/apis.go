@@ -373,3 +373,26 @@ func parseResponses(fields map[string]json.RawMessage) (*framework.ResponsesRequ
 	}
 	return r, nil
 }
+
+// tokenIDsField reads a flat array of token ids (vLLM's /inference/v1/generate "token_ids",
+// llm-d-router v0.10.0 parsers/vllmhttp: non-negative integers ≤ MaxUint32); a missing field is
+// an error naming it.
+func tokenIDsField(fields map[string]json.RawMessage, name string) ([]uint32, error) {
+	raw, ok := fields[name]
+	if !ok || isNull(raw) {
+		return nil, badBody("field %q is required", name)
+	}
+	var elems []json.RawMessage
+	if !isArrayLiteral(raw) || json.Unmarshal(raw, &elems) != nil {
+		return nil, badBody("field %q must be an array of token ids", name)
+	}
+	ids := make([]uint32, 0, len(elems))
+	for i, e := range elems {
+		id, err := tokenID(e)
+		if err != nil {
+			return nil, badBody("field \"%s[%d]\" %v", name, i, err)
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
+}

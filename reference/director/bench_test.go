@@ -46,7 +46,19 @@ func BenchmarkHandleRequest(b *testing.B) {
 	}
 }
 
+// BenchmarkHandleRequestFlowControl is BenchmarkHandleRequest at 100 endpoints / 2 KB with
+// flow control on (featureGates: [flowControl], upstream's defaults) and idle: the pool is
+// below saturation and nothing is queued, so every request takes the idle path (one saturation
+// read of the pool and the in-flight count) — the figure to compare with flow control off.
+func BenchmarkHandleRequestFlowControl(b *testing.B) {
+	b.Run("endpoints=100/prompt=2KB", func(b *testing.B) { benchHandleRequestCfg(b, 100, 2<<10, true) })
+}
+
 func benchHandleRequest(b *testing.B, n, promptBytes int) {
+	benchHandleRequestCfg(b, n, promptBytes, false)
+}
+
+func benchHandleRequestCfg(b *testing.B, n, promptBytes int, flowControl bool) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	clk := clocktesting.NewFakeClock(time.Unix(1_800_000_000, 0))
@@ -63,13 +75,18 @@ func benchHandleRequest(b *testing.B, n, promptBytes int) {
 	}
 	reg := framework.NewRegistry()
 	plugins.RegisterAll(reg)
-	rt, err := framework.NewRuntime(nil, reg, framework.RuntimeOptions{Context: ctx, Clock: clk, Seed: 1,
+	var cfg *framework.EndpointPickerConfig
+	if flowControl {
+		cfg = framework.DefaultConfig()
+		cfg.FeatureGates = []string{framework.FlowControlFeatureGate}
+	}
+	rt, err := framework.NewRuntime(cfg, reg, framework.RuntimeOptions{Context: ctx, Clock: clk, Seed: 1,
 		Logger: slog.New(slog.DiscardHandler), Endpoints: src.Endpoints})
 	if err != nil {
 		b.Fatal(err)
 	}
 	d, err := director.New(director.Options{Runtime: rt, Endpoints: src, Metrics: ms, Clock: clk,
-		Logger: slog.New(slog.DiscardHandler)})
+		Logger: slog.New(slog.DiscardHandler), Context: ctx})
 	if err != nil {
 		b.Fatal(err)
 	}

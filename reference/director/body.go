@@ -18,6 +18,8 @@ const (
 	APIMessages        = framework.APIMessages
 	APIResponses       = framework.APIResponses
 	APIOther           = framework.APIOther
+	APICountTokens     = framework.APICountTokens
+	APIGenerate        = framework.APIGenerate
 )
 
 // ParsedBody is a request body after ParseBody.
@@ -37,11 +39,14 @@ type ParsedBody struct {
 }
 
 // APIFromPath returns the API named by a request path (":path" header; query string and
-// fragment ignored), matched by suffix as upstream v1.5.0's determineAPITypeFromPath does
-// (gateway-api-inference-extension, pkg/epp/framework/plugins/requesthandling/parsers/openai/openai.go),
-// so provider prefixes such as /v1/projects/p/.../chat/completions work: "/responses",
-// "/chat/completions", "/completions", "/embeddings", "/messages" (Anthropic, eppkit). Any other
-// non-empty path is APIOther; an empty path (no ":path" header) is "", which ParseBody treats as
+// fragment ignored), matched by suffix as llm-d-router v0.10.0's default parsers match it
+// (pkg/epp/framework/plugins/requesthandling/parsers: openai determineAPITypeFromPath, anthropic,
+// vllmhttp), so provider prefixes such as /v1/projects/p/.../chat/completions work:
+// "/responses", "/chat/completions" and "/chat/completions/render" (chat), "/completions" and
+// "/completions/render" (completions), "/embeddings", "/messages" (Anthropic),
+// "/messages/count_tokens", "/inference/v1/generate" (vLLM). Any other non-empty path is
+// APIOther (upstream's "/conversations" and "/images/generations" among them: routed with only
+// the common rules); an empty path (no ":path" header) is "", which ParseBody treats as
 // upstream does a request without a path (completions, or chat when the body has "messages").
 func APIFromPath(path string) framework.API {
 	if i := strings.IndexAny(path, "?#"); i >= 0 {
@@ -54,8 +59,14 @@ func APIFromPath(path string) framework.API {
 	switch {
 	case strings.HasSuffix(path, "/responses"):
 		return APIResponses
-	case strings.HasSuffix(path, "/chat/completions"):
+	case strings.HasSuffix(path, "/chat/completions"), strings.HasSuffix(path, "/chat/completions/render"):
 		return APIChatCompletions
+	case strings.HasSuffix(path, "/completions/render"):
+		return APICompletions
+	case strings.HasSuffix(path, "/messages/count_tokens"):
+		return APICountTokens
+	case strings.HasSuffix(path, "/inference/v1/generate"):
+		return APIGenerate
 	case strings.HasSuffix(path, "/completions"):
 		return APICompletions
 	case strings.HasSuffix(path, "/embeddings"):
@@ -102,14 +113,18 @@ func ParseBody(api framework.API, body []byte) (*ParsedBody, error) {
 	p := &ParsedBody{fields: fields}
 
 	rawModel, ok := fields["model"]
-	if !ok || isNull(rawModel) {
+	switch {
+	case api == APICountTokens && (!ok || isNull(rawModel)):
+		// count_tokens is forwarded as a raw payload upstream: no model needed.
+	case !ok || isNull(rawModel):
 		return nil, badBody(`field "model" is required`)
-	}
-	if err := decodeString(rawModel, &p.Model); err != nil {
-		return nil, badBody(`field "model" must be a string`)
-	}
-	if p.Model == "" {
-		return nil, badBody(`field "model" must not be empty`)
+	default:
+		if err := decodeString(rawModel, &p.Model); err != nil {
+			return nil, badBody(`field "model" must be a string`)
+		}
+		if p.Model == "" {
+			return nil, badBody(`field "model" must not be empty`)
+		}
 	}
 	if raw, ok := fields["stream"]; ok && !isNull(raw) {
 		if err := decodeBool(raw, &p.Stream); err != nil {
@@ -165,7 +180,15 @@ func ParseBody(api framework.API, body []byte) (*ParsedBody, error) {
 		}
 		r.CacheSalt = salt
 		p.Body.Responses = r
-	case APIOther:
+	case APIGenerate:
+		ids, err := tokenIDsField(fields, "token_ids")
+		if err != nil {
+			return nil, err
+		}
+		if len(ids) == 0 {
+			return nil, badBody(`field "token_ids" must be a non-empty array of token ids`)
+		}
+	case APIOther, APICountTokens:
 	default:
 		return nil, badBody("unsupported API %q", api)
 	}

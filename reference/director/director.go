@@ -24,16 +24,16 @@ import (
 
 	"k8s.io/utils/clock"
 
+	"github.com/eppkit/eppkit/reference/flowcontrol"
 	"github.com/eppkit/eppkit/reference/framework"
 )
 
-// Request headers the director reads (SPEC §5.2). Upstream: gateway-api-inference-extension,
-// pkg/epp/metadata/consts.go and pkg/common/request.
+// Request headers the director reads (SPEC §5.2, §10). The control headers (objective, model
+// rewrite, fairness id, SLOs) and their aliases are framework.Header*, read with
+// framework.RequestHeader; upstream: llm-d-router v0.10.0 pkg/epp/metadata/consts.go and
+// pkg/common/request/constants.go.
 const (
-	HeaderRequestID        = "x-request-id"
-	HeaderObjective        = "x-gateway-inference-objective"
-	HeaderFairnessID       = "x-gateway-inference-fairness-id"
-	HeaderModelNameRewrite = "x-gateway-model-name-rewrite"
+	HeaderRequestID = "x-request-id"
 	// HeaderPath is the HTTP/2 pseudo-header Envoy sends with the request path.
 	HeaderPath = ":path"
 )
@@ -69,10 +69,28 @@ type metricsReader interface {
 	Read(key string) (m *framework.Metrics, stale bool)
 }
 
-// keyedSnapshot is one snapshot of the pool with every endpoint's Key(), computed once.
+// keyedSnapshot is one snapshot of the pool with every endpoint's Key(), computed once. It is
+// also the pool flow control's saturation detector reads (flowcontrol.Pool).
 type keyedSnapshot struct {
 	mds  []*framework.EndpointMetadata
 	keys []string
+	m    MetricsSource
+}
+
+// Len is the number of endpoints (flowcontrol.Pool).
+func (k *keyedSnapshot) Len() int { return len(k.mds) }
+
+// Metrics returns endpoint i's metrics, nil without a metrics source (flowcontrol.Pool).
+func (k *keyedSnapshot) Metrics(i int) *framework.Metrics {
+	switch r := k.m.(type) {
+	case nil:
+		return nil
+	case metricsReader:
+		m, _ := r.Read(k.keys[i])
+		return m
+	default:
+		return r.Metrics(k.keys[i])
+	}
 }
 
 // Options configure a Director. Runtime and Endpoints are required.
@@ -95,6 +113,9 @@ type Options struct {
 	// ModelRewrites holds the pool's model rewrite rules (InferenceModelRewrite, SPEC §9.4); nil
 	// means none.
 	ModelRewrites ModelRewriter
+	// Context bounds the director's background work (flow control's dispatcher: when it ends,
+	// queued and later requests are refused rejected-shutting-down); nil = never ends.
+	Context context.Context
 }
 
 // ModelRewriter is what the director needs from the model rewrite rules (reference/modelrewrite.Store
@@ -123,6 +144,8 @@ type Director struct {
 	seq      atomic.Uint64
 	// snap caches the keys of the source's last Snapshot (snapshotSource only).
 	snap atomic.Pointer[keyedSnapshot]
+	// fc is the flow controller (featureGates: [flowControl]), nil when off.
+	fc *flowcontrol.Controller
 }
 
 // New returns a Director. It fails when Runtime or Endpoints is nil.
@@ -148,7 +171,69 @@ func New(opts Options) (*Director, error) {
 	if sd := opts.Runtime.Config().SaturationDetector; sd != nil {
 		d.sat = *sd
 	}
+	if cfg := opts.Runtime.Config(); cfg.FlowControlEnabled() {
+		det, err := flowDetector(opts.Runtime, d.sat)
+		if err != nil {
+			return nil, err
+		}
+		ctx := opts.Context
+		if ctx == nil {
+			ctx = context.Background()
+		}
+		var obs flowcontrol.Observer
+		if opts.Observer != nil {
+			obs = opts.Observer
+		}
+		d.fc, err = flowcontrol.New(ctx, flowcontrol.Options{Config: cfg.FlowControl, Detector: det, Pool: d.flowPool,
+			Clock: d.clock, Observer: obs, Logger: d.logger})
+		if err != nil {
+			return nil, err
+		}
+		d.logger.Info("flow control on", "detector", det.TypedName().String(), "defaultRequestTTL", cfg.FlowControl.RequestTTL().String())
+	}
 	return d, nil
+}
+
+// flowDetector resolves flowControl.saturationDetector.pluginRef to a plugin of the runtime
+// that is a saturation detector; without one, a utilization-detector with the top-level
+// saturationDetector's thresholds. Errors name the field.
+func flowDetector(rt *framework.Runtime, sat framework.SaturationDetectorConfig) (flowcontrol.SaturationDetector, error) {
+	fc := rt.Config().FlowControl
+	if fc == nil || fc.SaturationDetector == nil || fc.SaturationDetector.PluginRef == "" {
+		return flowcontrol.NewUtilizationDetector(framework.DefaultSaturationDetector, sat.QueueDepthThreshold,
+			sat.KVCacheUtilThreshold, sat.MetricsStalenessThreshold.Duration), nil
+	}
+	ref := fc.SaturationDetector.PluginRef
+	p, ok := rt.Plugin(ref)
+	if !ok {
+		return nil, fmt.Errorf("flowControl.saturationDetector.pluginRef: no plugin named %q", ref)
+	}
+	det, ok := p.(flowcontrol.SaturationDetector)
+	if !ok {
+		return nil, fmt.Errorf("flowControl.saturationDetector.pluginRef: plugin %s is not a saturation detector (%s or %s)",
+			p.TypedName(), flowcontrol.UtilizationDetectorType, flowcontrol.ConcurrencyDetectorType)
+	}
+	return det, nil
+}
+
+// flowPool is the whole pool as flow control's detector reads it.
+func (d *Director) flowPool() flowcontrol.Pool {
+	if _, ok := d.src.(snapshotSource); ok {
+		d.pool()
+		return d.snap.Load()
+	}
+	mds := d.src.Endpoints()
+	return &keyedSnapshot{mds: mds, keys: keysOf(mds), m: d.metrics}
+}
+
+// release ends the flow-control accounting of req, once (no-op without flow control or when
+// flow control did not admit it). EndRequest runs once per request, so no lock is needed.
+func (d *Director) release(req *framework.LLMRequest) {
+	if d.fc == nil || req == nil || !req.FlowControlled {
+		return
+	}
+	req.FlowControlled = false
+	d.fc.Release()
 }
 
 // Runtime returns the director's runtime.
@@ -212,9 +297,11 @@ func (r *Result) Destination() string { return strings.Join(r.Targets, ",") }
 //     a headers-only request (empty Body) is scheduled without a body;
 //  2. builds the LLMRequest: a fresh EPP-internal RequestID (the key of every per-request store,
 //     SPEC §9.2), the x-request-id as a label (generated when absent), the target model (SPEC
-//     §9.4: x-gateway-model-name-rewrite, else the model rewrite rule for the body's model picked
+//     §9.4: x-llm-d-model-name-rewrite (alias x-gateway-model-name-rewrite), else the model rewrite rule for the body's model picked
 //     by weight, else the body's model; the body is re-encoded when it changes), the objective
-//     (x-gateway-inference-objective) and its priority from the endpoint source (absent = 0);
+//     (x-llm-d-inference-objective, alias x-gateway-inference-objective; a value that cannot
+//     name an object is 400) and its priority from the endpoint source (absent = 0), the
+//     fairness id (x-llm-d-inference-fairness-id);
 //  3. candidates = the source's endpoints, narrowed to the subset hint by IP (present but
 //     empty → 503; nothing left → 503), each with a snapshot of its metrics;
 //  4. shedding: a sheddable request (priority < 0) is refused with 429 when the pool is
@@ -231,6 +318,7 @@ func (d *Director) HandleRequest(ctx context.Context, in *Input) (res *Result, e
 	var req *framework.LLMRequest
 	defer func() {
 		if err != nil && req != nil {
+			d.release(req)
 			d.rt.EndRequest(req)
 		}
 		if d.obs != nil {
@@ -259,7 +347,9 @@ func (d *Director) HandleRequest(ctx context.Context, in *Input) (res *Result, e
 		RequestID:  d.nextRequestID(),
 		XRequestID: headers[HeaderRequestID],
 		Headers:    headers,
-		Objective:  headers[HeaderObjective],
+	}
+	if err = readControlHeaders(req); err != nil {
+		return nil, err
 	}
 	if req.XRequestID == "" {
 		req.XRequestID = d.newID()
@@ -271,7 +361,8 @@ func (d *Director) HandleRequest(ctx context.Context, in *Input) (res *Result, e
 			req.Priority = p
 		}
 	}
-	req.TargetModel = headers[HeaderModelNameRewrite]
+	req.TargetModel, _, _ = framework.RequestHeader(headers, framework.HeaderModelNameRewrite)
+	req.TargetModel = strings.TrimSpace(req.TargetModel)
 	if parsed != nil {
 		req.Body = parsed.Body
 		res.API = parsed.API
@@ -283,7 +374,9 @@ func (d *Director) HandleRequest(ctx context.Context, in *Input) (res *Result, e
 				req.TargetModel, res.ModelRewrite = target, name
 			}
 		}
-		if req.TargetModel == "" {
+		if req.TargetModel == "" || parsed.API == APICountTokens {
+			// count_tokens is a raw payload upstream: never rewritten (llm-d-router v0.10.0
+			// director.go modelRewriteIfNeeded skips payloads it cannot re-marshal).
 			req.TargetModel = parsed.Model
 		}
 		if req.TargetModel != parsed.Model {
@@ -295,6 +388,16 @@ func (d *Director) HandleRequest(ctx context.Context, in *Input) (res *Result, e
 		}
 	}
 	res.Request = req
+
+	if d.fc != nil {
+		// Flow control (docs/request-surface.md §6): wait for the pool's capacity in the
+		// request's priority band, or be refused with a dropped reason. It replaces the legacy
+		// shedding below, as in llm-d-router v0.10.0 (requestcontrol/admission.go).
+		if ferr := d.fc.Admit(ctx, flowcontrol.Request{Priority: req.Priority, FairnessID: req.FairnessID, Bytes: int64(len(in.Body))}); ferr != nil {
+			return nil, fmt.Errorf("flow control (objective %q, priority %d): %w", req.Objective, req.Priority, ferr)
+		}
+		req.FlowControlled = true
+	}
 
 	mds, keys := d.pool()
 	if in.Subset != nil {
@@ -325,7 +428,7 @@ func (d *Director) HandleRequest(ctx context.Context, in *Input) (res *Result, e
 	}
 	candidates := framework.NewEndpoints(mds, keys, ms)
 
-	if req.Priority < 0 && d.Saturated(candidates) {
+	if d.fc == nil && req.Priority < 0 && d.Saturated(candidates) {
 		return nil, fmt.Errorf("sheddable request (objective %q, priority %d) refused: the pool is saturated: %w",
 			req.Objective, req.Priority, framework.ErrShed)
 	}
@@ -416,7 +519,7 @@ func (d *Director) pool() ([]*framework.EndpointMetadata, []string) {
 	if c := d.snap.Load(); c != nil && len(c.mds) == len(mds) && (len(mds) == 0 || &c.mds[0] == &mds[0]) {
 		return c.mds, c.keys
 	}
-	c := &keyedSnapshot{mds: mds, keys: keysOf(mds)}
+	c := &keyedSnapshot{mds: mds, keys: keysOf(mds), m: d.metrics}
 	d.snap.Store(c)
 	return c.mds, c.keys
 }
@@ -501,8 +604,12 @@ func (d *Director) ResponseComplete(ctx context.Context, req *framework.LLMReque
 	d.rt.ResponseComplete(ctx, req, resp)
 }
 
-// EndRequest releases the request's plugin state. Call it once per successful HandleRequest.
-func (d *Director) EndRequest(req *framework.LLMRequest) { d.rt.EndRequest(req) }
+// EndRequest releases the request's plugin state and its flow-control accounting. Call it once per
+// successful HandleRequest.
+func (d *Director) EndRequest(req *framework.LLMRequest) {
+	d.release(req)
+	d.rt.EndRequest(req)
+}
 
 // Now returns the director's clock time.
 func (d *Director) Now() time.Time { return d.clock.Now() }

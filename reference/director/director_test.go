@@ -66,14 +66,17 @@ func TestStatusFor(t *testing.T) {
 		reason string
 	}{
 		{nil, http.StatusOK, ""},
-		{fmt.Errorf("x: %w", framework.ErrBadRequest), 400, "bad-request"},
-		{fmt.Errorf("x: %w", framework.ErrShed), 429, "shed"},
-		{fmt.Errorf("x: %w", framework.ErrFilteredOut), 429, "filtered-out"},
-		{fmt.Errorf("x: %w", framework.ErrNoEndpoints), 503, "no-endpoints"},
-		{fmt.Errorf("x: %w", framework.ErrEmptySubset), 503, "empty-subset"},
-		{fmt.Errorf("x: %w", framework.ErrInternal), 500, "internal"},
-		{errors.New("plain"), 500, "internal"},
-		{context.DeadlineExceeded, 500, "internal"},
+		{fmt.Errorf("x: %w", framework.ErrBadRequest), 400, ""},
+		{fmt.Errorf("x: %w", framework.ErrShed), 429, ""},
+		{fmt.Errorf("x: %w", framework.ErrFilteredOut), 429, ""},
+		{fmt.Errorf("x: %w", framework.ErrNoEndpoints), 503, ""},
+		{fmt.Errorf("x: %w", framework.ErrEmptySubset), 503, ""},
+		{fmt.Errorf("x: %w", framework.ErrInternal), 500, ""},
+		{errors.New("plain"), 500, ""},
+		{context.DeadlineExceeded, 500, ""},
+		// Flow control's refusals name their reason (llm-d-router v0.10.0 admission.go translateFlowControlOutcome).
+		{fmt.Errorf("fc: %w", &framework.Dropped{Reason: framework.DroppedSaturated, Err: fmt.Errorf("queue at capacity: %w", framework.ErrShed)}), 429, "rejected-saturated"},
+		{fmt.Errorf("fc: %w", &framework.Dropped{Reason: framework.DroppedNoEndpoints, Err: framework.ErrNoEndpoints}), 503, "rejected-no-endpoints"},
 	}
 	for _, tc := range cases {
 		if got := director.StatusFor(tc.err); got != tc.want {
@@ -319,6 +322,10 @@ func TestAPIFromPath(t *testing.T) {
 		"/v1/embeddings": director.APIEmbeddings, "/v1/messages": director.APIMessages, "/v1/responses/": director.APIResponses,
 		"/v1/projects/p/locations/l/endpoints/openapi/chat/completions": director.APIChatCompletions,
 		"/v1/rerank": director.APIOther, "/": director.APIOther, "": "",
+		// llm-d-router v0.10.0's default parsers' other paths.
+		"/v1/chat/completions/render": director.APIChatCompletions, "/v1/completions/render": director.APICompletions,
+		"/v1/messages/count_tokens": director.APICountTokens, "/inference/v1/generate": director.APIGenerate,
+		"/v1/conversations": director.APIOther, "/v1/images/generations": director.APIOther,
 	} {
 		if got := director.APIFromPath(path); got != want {
 			t.Errorf("APIFromPath(%q) = %q, want %q", path, got, want)
@@ -338,6 +345,8 @@ func FuzzParseBody(f *testing.F) {
 	f.Add("messages", []byte(`{"model":"m","system":[{"type":"text","text":"s"}],"messages":[{"role":"user","content":"x"}]}`))
 	f.Add("responses", []byte(`{"model":"m","input":[{"role":"user","content":[{"type":"input_text","text":"q"}]}],"instructions":"i"}`))
 	f.Add("other", []byte(`{"model":"m","x":[]}`))
+	f.Add("messages/count_tokens", []byte(`{"messages":[{"role":"user","content":"x"}]}`))
+	f.Add("inference/v1/generate", []byte(`{"model":"m","token_ids":[1,2,3],"sampling_params":{"max_tokens":4}}`))
 	f.Fuzz(func(t *testing.T, api string, body []byte) {
 		p, err := director.ParseBody(framework.API(api), body)
 		if err != nil {
@@ -353,7 +362,8 @@ func FuzzParseBody(f *testing.F) {
 				set++
 			}
 		}
-		if p.Model == "" || b.API != p.API || set != map[bool]int{true: 0, false: 1}[p.API == director.APIOther] {
+		noFields := p.API == director.APIOther || p.API == director.APICountTokens || p.API == director.APIGenerate
+		if (p.Model == "" && p.API != director.APICountTokens) || b.API != p.API || set != map[bool]int{true: 0, false: 1}[noFields] {
 			t.Fatalf("accepted body %q parsed to %+v", body, p)
 		}
 		// A text prompt or token ids, never both; an empty text comes only from a list of empty
@@ -453,5 +463,33 @@ func TestModelRewritePrecedence(t *testing.T) {
 				tc.model, tc.header, res.Request.TargetModel, body["model"], res.ModelRewrite, res.BodyMutated, tc.want, tc.rewrite)
 		}
 		d.EndRequest(res.Request)
+	}
+}
+
+// TestParseBodyLLMDPaths: the bodies of llm-d-router v0.10.0's other default paths.
+func TestParseBodyLLMDPaths(t *testing.T) {
+	for _, tc := range []struct {
+		path, body, bad string
+	}{
+		{"/v1/messages/count_tokens", `{"messages":[{"role":"user","content":"x"}]}`, ""}, // no model: a raw payload upstream
+		{"/v1/messages/count_tokens", `{"model":"m","messages":[]}`, ""},
+		{"/inference/v1/generate", `{"model":"m","token_ids":[1,2,3]}`, ""},
+		{"/inference/v1/generate", `{"model":"m","token_ids":[]}`, "token_ids"},
+		{"/inference/v1/generate", `{"model":"m"}`, "token_ids"},
+		{"/inference/v1/generate", `{"model":"m","token_ids":[-1]}`, "token_ids[0]"},
+		{"/v1/chat/completions/render", `{"model":"m","messages":[{"role":"user","content":"x"}]}`, ""},
+		{"/v1/chat/completions/render", `{"model":"m","messages":[]}`, "messages"},
+		{"/v1/completions/render", `{"model":"m","prompt":"x"}`, ""},
+		{"/v1/conversations", `{"model":"m","items":[{"type":"message","role":"user","content":"x"}]}`, ""},
+		{"/v1/images/generations", `{"model":"m","prompt":"a cat"}`, ""},
+		{"/v1/images/generations", `{"prompt":"a cat"}`, "model"},
+	} {
+		_, err := director.ParseBody(director.APIFromPath(tc.path), []byte(tc.body))
+		switch {
+		case tc.bad == "" && err != nil:
+			t.Errorf("%s %s: %v", tc.path, tc.body, err)
+		case tc.bad != "" && (!errors.Is(err, framework.ErrBadRequest) || !strings.Contains(err.Error(), tc.bad)):
+			t.Errorf("%s %s: %v, want a bad request naming %s", tc.path, tc.body, err, tc.bad)
+		}
 	}
 }

@@ -51,38 +51,11 @@ func CodeFor(err error) string {
 	return "Internal"
 }
 
-// Refusal reasons, the value of the x-eppkit-reason header of every ImmediateResponse (SPEC §9.3):
-// the cause of SPEC §5.3 in one word.
-const (
-	ReasonBadRequest  = "bad-request"
-	ReasonShed        = "shed"
-	ReasonFilteredOut = "filtered-out"
-	ReasonNoEndpoints = "no-endpoints"
-	ReasonEmptySubset = "empty-subset"
-	ReasonInternal    = "internal"
-)
-
-// ReasonFor returns the refusal reason of a request-flow error (SPEC §9.3): bad-request
-// (ErrBadRequest), filtered-out (framework.ErrFilteredOut), shed (any other ErrShed: saturated
-// pool, admitter), empty-subset (framework.ErrEmptySubset), no-endpoints (any other
-// ErrNoEndpoints), internal (anything else). nil is "".
-func ReasonFor(err error) string {
-	switch {
-	case err == nil:
-		return ""
-	case errors.Is(err, framework.ErrBadRequest):
-		return ReasonBadRequest
-	case errors.Is(err, framework.ErrFilteredOut):
-		return ReasonFilteredOut
-	case errors.Is(err, framework.ErrShed):
-		return ReasonShed
-	case errors.Is(err, framework.ErrEmptySubset):
-		return ReasonEmptySubset
-	case errors.Is(err, framework.ErrNoEndpoints):
-		return ReasonNoEndpoints
-	}
-	return ReasonInternal
-}
+// ReasonFor returns the x-llm-d-request-dropped-reason of a request-flow error: the reason of a
+// flow-control refusal (framework.Dropped), "" for every other refusal, as llm-d-router v0.10.0
+// marks only flow-control outcomes (pkg/common/error/error.go; requestcontrol/admission.go
+// translateFlowControlOutcome). nil is "".
+func ReasonFor(err error) string { return framework.DroppedReason(err) }
 
 // ErrorBody is the JSON body of a refusal, in the OpenAI error shape:
 // {"error":{"message":"...","type":"BadRequest","code":400}}.

@@ -27,6 +27,10 @@ const (
 	MetricPrepareDataTimeouts    = "eppkit_epp_prepare_data_timeouts_total"
 	MetricPrepareDataErrors      = "eppkit_epp_prepare_data_errors_total"
 	MetricPrepareDataBadRequests = "eppkit_epp_prepare_data_bad_requests_total"
+	// Flow control (docs/request-surface.md §6), after llm-d-router v0.10.0's
+	// llm_d_epp_flow_control_queue_size and llm_d_epp_flow_control_request_queue_duration_seconds.
+	MetricFlowControlQueueSize     = "eppkit_epp_flow_control_queue_size"
+	MetricFlowControlQueueDuration = "eppkit_epp_flow_control_request_queue_duration_seconds"
 )
 
 // Observer records the request-flow metrics the director produces as requests pass (scheduling
@@ -38,6 +42,8 @@ type Observer struct {
 	requests       *prometheus.CounterVec
 	prefixMatched  prometheus.Counter
 	prefixTotal    prometheus.Counter
+	fcQueue        *prometheus.GaugeVec
+	fcWait         *prometheus.HistogramVec
 }
 
 // NewObserver creates the event metrics and registers them in reg:
@@ -47,6 +53,8 @@ type Observer struct {
 //	eppkit_epp_requests_total                   counter {code}: HandleRequest outcomes by HTTP status, or "cancelled" (client gone)
 //	eppkit_epp_prefix_matched_blocks_total      counter: prefix blocks the pick already held
 //	eppkit_epp_prefix_request_blocks_total      counter: prefix blocks hashed for scheduled requests
+//	eppkit_epp_flow_control_queue_size          gauge {priority}: requests waiting in flow control
+//	eppkit_epp_flow_control_request_queue_duration_seconds  histogram {priority, outcome}: time in flow control (s)
 //
 // It returns the registration error (for example a duplicate registration).
 func NewObserver(reg prometheus.Registerer) (*Observer, error) {
@@ -73,8 +81,17 @@ func NewObserver(reg prometheus.Registerer) (*Observer, error) {
 			Name: MetricPrefixRequestBlocks,
 			Help: "Prefix-cache blocks hashed for scheduled requests (approx-prefix-cache-producer).",
 		}),
+		fcQueue: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: MetricFlowControlQueueSize,
+			Help: "Requests waiting in flow control's queues, by priority band.",
+		}, []string{"priority"}),
+		fcWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    MetricFlowControlQueueDuration,
+			Help:    "Time a request spent in flow control, by priority and outcome (Dispatched, RejectedCapacity, RejectedNoEndpoints, RejectedOther, EvictedTTL, EvictedContextCancelled), in seconds.",
+			Buckets: []float64{0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60},
+		}, []string{"priority", "outcome"}),
 	}
-	for _, c := range []prometheus.Collector{o.scheduling, o.pluginDuration, o.requests, o.prefixMatched, o.prefixTotal} {
+	for _, c := range []prometheus.Collector{o.scheduling, o.pluginDuration, o.requests, o.prefixMatched, o.prefixTotal, o.fcQueue, o.fcWait} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -94,6 +111,22 @@ func (o *Observer) ObservePlugin(tn framework.TypedName, extensionPoint string, 
 		return
 	}
 	o.pluginDuration.WithLabelValues(tn.String(), extensionPoint).Observe(d.Seconds())
+}
+
+// QueueSize adds delta to the flow-control queue size of priority (flowcontrol.Observer).
+func (o *Observer) QueueSize(priority int, delta int) {
+	if o == nil {
+		return
+	}
+	o.fcQueue.WithLabelValues(strconv.Itoa(priority)).Add(float64(delta))
+}
+
+// QueueWait records a request's time in flow control and its outcome (flowcontrol.Observer).
+func (o *Observer) QueueWait(priority int, outcome string, d time.Duration) {
+	if o == nil {
+		return
+	}
+	o.fcWait.WithLabelValues(strconv.Itoa(priority), outcome).Observe(d.Seconds())
 }
 
 func (o *Observer) observeScheduling(d time.Duration) { o.scheduling.Observe(d.Seconds()) }

@@ -211,25 +211,27 @@ func (s *InferencePoolSource) Start(ctx context.Context) error {
 	if _, err := podInf.AddEventHandler(s.handler(s.onPod)); err != nil {
 		return fmt.Errorf("pool discovery: Pod handler: %w", err)
 	}
-	objInf, err := s.informers.GetInformer(ctx, &giev1alpha2.InferenceObjective{})
+	objInf, objGroup, err := s.informerOf(ctx, "InferenceObjective", &giev1alpha2.InferenceObjective{})
 	switch {
-	case meta.IsNoMatchError(err):
-		s.log.Warn("InferenceObjective API not served; every request has priority 0", "error", err)
 	case err != nil:
-		return fmt.Errorf("pool discovery: watch InferenceObjective: %w", err)
+		return err
+	case objInf == nil:
+		s.log.Warn("InferenceObjective API not served (neither " + GroupLLMD + " nor " + GroupV1Alpha2 + "); every request has priority 0")
 	default:
+		s.log.Info("InferenceObjectives read from "+objGroup, "group", objGroup)
 		if _, err := objInf.AddEventHandler(s.handler(s.onObjective)); err != nil {
 			return fmt.Errorf("pool discovery: InferenceObjective handler: %w", err)
 		}
 	}
 	if s.cfg.ModelRewrites != nil {
-		rwInf, err := s.informers.GetInformer(ctx, &giev1alpha2.InferenceModelRewrite{})
+		rwInf, rwGroup, err := s.informerOf(ctx, "InferenceModelRewrite", &giev1alpha2.InferenceModelRewrite{})
 		switch {
-		case meta.IsNoMatchError(err):
-			s.log.Warn("InferenceModelRewrite API not served; no model rewrites", "error", err)
 		case err != nil:
-			return fmt.Errorf("pool discovery: watch InferenceModelRewrite: %w", err)
+			return err
+		case rwInf == nil:
+			s.log.Warn("InferenceModelRewrite API not served (neither " + GroupLLMD + " nor " + GroupV1Alpha2 + "); no model rewrites")
 		default:
+			s.log.Info("InferenceModelRewrites read from "+rwGroup, "group", rwGroup)
 			if _, err := rwInf.AddEventHandler(s.handler(s.onModelRewrite)); err != nil {
 				return fmt.Errorf("pool discovery: InferenceModelRewrite handler: %w", err)
 			}
@@ -248,6 +250,48 @@ func (s *InferencePoolSource) Start(ctx context.Context) error {
 		}
 	}()
 	return nil
+}
+
+// GroupLLMD is the API group of InferenceObjective and InferenceModelRewrite since llm-d-router
+// v0.10.0 (version v1alpha2; apix/v1alpha2 GroupName). The GIE v1.5.0 group GroupV1Alpha2 is
+// the legacy one.
+const GroupLLMD = "llm-d.ai"
+
+// informerOf returns the informer of kind (InferenceObjective or InferenceModelRewrite) in the
+// group the API server serves, llm-d.ai/v1alpha2 first and the legacy
+// inference.networking.x-k8s.io/v1alpha2 (legacy, a typed object) only when llm-d.ai does not
+// serve the kind: with both installed, legacy objects are ignored, as llm-d-router v0.10.0 does
+// (pkg/epp/server/controller_config.go populateWithDiscovery, decided once at start). A nil
+// informer means neither group serves it.
+func (s *InferencePoolSource) informerOf(ctx context.Context, kind string, legacy client.Object) (ctrlcache.Informer, string, error) {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(schema.GroupVersionKind{Group: GroupLLMD, Version: "v1alpha2", Kind: kind})
+	inf, err := s.informers.GetInformer(ctx, u)
+	switch {
+	case err == nil:
+		s.log.Info(kind+": the "+GroupLLMD+" API is served; "+GroupV1Alpha2+" objects of this kind are ignored", "kind", kind)
+		return inf, GroupLLMD, nil
+	case !meta.IsNoMatchError(err):
+		return nil, "", fmt.Errorf("pool discovery: watch %s (%s): %w", kind, GroupLLMD, err)
+	}
+	inf, err = s.informers.GetInformer(ctx, legacy)
+	switch {
+	case meta.IsNoMatchError(err):
+		return nil, "", nil
+	case err != nil:
+		return nil, "", fmt.Errorf("pool discovery: watch %s (%s): %w", kind, GroupV1Alpha2, err)
+	}
+	return inf, GroupV1Alpha2, nil
+}
+
+// typedFrom converts an llm-d.ai object (unstructured; its schema is the legacy kind's) into
+// the typed legacy object dst; ok is false for any other object.
+func typedFrom(obj any, dst any) bool {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return false
+	}
+	return runtime.DefaultUnstructuredConverter.FromUnstructured(u.UnstructuredContent(), dst) == nil
 }
 
 // handler adapts an on(obj, deleted) callback to informer events, unwrapping tombstones.
@@ -312,6 +356,10 @@ func (s *InferencePoolSource) onPod(obj any, deleted bool) {
 
 func (s *InferencePoolSource) onObjective(obj any, deleted bool) {
 	o, ok := obj.(*giev1alpha2.InferenceObjective)
+	if !ok {
+		o = &giev1alpha2.InferenceObjective{}
+		ok = typedFrom(obj, o)
+	}
 	if !ok || o.Namespace != s.cfg.Namespace {
 		return
 	}
@@ -341,6 +389,10 @@ func (s *InferencePoolSource) onObjective(obj any, deleted bool) {
 // with the field and holds no rules.
 func (s *InferencePoolSource) onModelRewrite(obj any, deleted bool) {
 	o, ok := obj.(*giev1alpha2.InferenceModelRewrite)
+	if !ok {
+		o = &giev1alpha2.InferenceModelRewrite{}
+		ok = typedFrom(obj, o)
+	}
 	if !ok || o.Namespace != s.cfg.Namespace {
 		return
 	}

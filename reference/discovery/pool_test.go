@@ -10,11 +10,16 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
+	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache/informertest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllertest"
 
 	"github.com/eppkit/eppkit/reference/framework"
@@ -61,8 +66,10 @@ type poolHarness struct {
 	objs *controllertest.FakeInformer
 	// rewrites is the InferenceModelRewrite informer (startPoolSourceWith a store only).
 	rewrites *controllertest.FakeInformer
-	rec      *recorder
-	curPool  *giev1.InferencePool
+	// legacyObjs and legacyRewrites are the legacy group's informers when llm-d.ai is served.
+	legacyObjs, legacyRewrites *controllertest.FakeInformer
+	rec                        *recorder
+	curPool                    *giev1.InferencePool
 }
 
 func startPoolSource(t *testing.T, group string) *poolHarness {
@@ -71,13 +78,35 @@ func startPoolSource(t *testing.T, group string) *poolHarness {
 }
 
 func startPoolSourceWith(t *testing.T, group string, rewrites *modelrewrite.Store) *poolHarness {
+	return startPoolSourceGroups(t, group, rewrites, false)
+}
+
+// legacyOnly is an informer set whose API server does not serve the llm-d.ai group (only the GIE
+// v1.5.0 CRDs are installed): GetInformer of an llm-d.ai kind is a no-match error.
+type legacyOnly struct{ *informertest.FakeInformers }
+
+func (l legacyOnly) GetInformer(ctx context.Context, obj client.Object, opts ...ctrlcache.InformerGetOption) (ctrlcache.Informer, error) {
+	if u, ok := obj.(*unstructured.Unstructured); ok && u.GroupVersionKind().Group == GroupLLMD {
+		return nil, &meta.NoKindMatchError{GroupKind: u.GroupVersionKind().GroupKind(), SearchedVersions: []string{"v1alpha2"}}
+	}
+	return l.FakeInformers.GetInformer(ctx, obj, opts...)
+}
+
+// startPoolSourceGroups starts a source; llmd makes the llm-d.ai group served too, and then
+// h.objs and h.rewrites are the llm-d.ai informers (unstructured objects) and h.legacyObjs,
+// h.legacyRewrites the legacy ones.
+func startPoolSourceGroups(t *testing.T, group string, rewrites *modelrewrite.Store, llmd bool) *poolHarness {
 	t.Helper()
 	sc, err := Scheme()
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := PoolConfig{Name: "pool", Namespace: ns, Group: group, ModelRewrites: rewrites}
-	inf := &informertest.FakeInformers{Scheme: sc}
+	fake := &informertest.FakeInformers{Scheme: sc}
+	var inf ctrlcache.Informers = legacyOnly{fake}
+	if llmd {
+		inf = fake
+	}
 	src, err := NewInferencePoolOn(cfg, inf)
 	if err != nil {
 		t.Fatal(err)
@@ -97,15 +126,15 @@ func startPoolSourceWith(t *testing.T, group string, rewrites *modelrewrite.Stor
 		var err error
 		switch o := obj.(type) {
 		case *unstructured.Unstructured:
-			fi, err = inf.FakeInformerFor(ctx, o)
+			fi, err = fake.FakeInformerFor(ctx, o)
 		case *corev1.Pod:
-			fi, err = inf.FakeInformerFor(ctx, o)
+			fi, err = fake.FakeInformerFor(ctx, o)
 		case *giev1.InferencePool:
-			fi, err = inf.FakeInformerFor(ctx, o)
+			fi, err = fake.FakeInformerFor(ctx, o)
 		case *giev1alpha2.InferenceObjective:
-			fi, err = inf.FakeInformerFor(ctx, o)
+			fi, err = fake.FakeInformerFor(ctx, o)
 		case *giev1alpha2.InferenceModelRewrite:
-			fi, err = inf.FakeInformerFor(ctx, o)
+			fi, err = fake.FakeInformerFor(ctx, o)
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -117,6 +146,13 @@ func startPoolSourceWith(t *testing.T, group string, rewrites *modelrewrite.Stor
 	h.objs = get(&giev1alpha2.InferenceObjective{})
 	if rewrites != nil {
 		h.rewrites = get(&giev1alpha2.InferenceModelRewrite{})
+	}
+	if llmd {
+		h.legacyObjs, h.legacyRewrites = h.objs, h.rewrites
+		h.objs = get(llmdObject("InferenceObjective"))
+		if rewrites != nil {
+			h.rewrites = get(llmdObject("InferenceModelRewrite"))
+		}
 	}
 	return h
 }
@@ -510,5 +546,65 @@ func TestInferencePoolSourceUnreachableAPIServer(t *testing.T) {
 	}
 	if src.Synced() {
 		t.Error("Synced without an API server")
+	}
+}
+
+// llmdObject is an empty llm-d.ai/v1alpha2 object of kind.
+func llmdObject(kind string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(schema.GroupVersionKind{Group: GroupLLMD, Version: "v1alpha2", Kind: kind})
+	return u
+}
+
+// asLLMD is obj as an llm-d.ai/v1alpha2 object (the same schema as the legacy kind).
+func asLLMD(t *testing.T, obj any, kind string) *unstructured.Unstructured {
+	t.Helper()
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &unstructured.Unstructured{Object: m}
+	u.SetGroupVersionKind(schema.GroupVersionKind{Group: GroupLLMD, Version: "v1alpha2", Kind: kind})
+	return u
+}
+
+// TestInferencePoolSourceLLMDGroup: with the llm-d.ai group served, InferenceObjectives and
+// InferenceModelRewrites come from it and the legacy group's objects are ignored, as llm-d-router
+// v0.10.0 (pkg/epp/server/controller_config.go populateWithDiscovery). (The legacy-only
+// tests above run with llm-d.ai not served.)
+func TestInferencePoolSourceLLMDGroup(t *testing.T) {
+	store := modelrewrite.NewStore(1)
+	h := startPoolSourceGroups(t, GroupV1, store, true)
+	prio := func(p int) *int { return &p }
+	obj := func(name string, p int) *giev1alpha2.InferenceObjective {
+		return &giev1alpha2.InferenceObjective{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: giev1alpha2.InferenceObjectiveSpec{Priority: prio(p), PoolRef: giev1alpha2.PoolObjectReference{Name: "pool"}}}
+	}
+	h.objs.Add(asLLMD(t, obj("new", -1), "InferenceObjective"))
+	h.objs.Add(asLLMD(t, obj("both", 0), "InferenceObjective"))
+	h.legacyObjs.Add(obj("both", -1))
+	h.legacyObjs.Add(obj("legacy-only", -1))
+	for _, tc := range []struct {
+		name string
+		want int
+		ok   bool
+	}{{"new", -1, true}, {"both", 0, true}, {"legacy-only", 0, false}} {
+		if p, ok := h.src.Priority(tc.name); p != tc.want || ok != tc.ok {
+			t.Errorf("Priority(%q) = %d, %v; want %d, %v", tc.name, p, ok, tc.want, tc.ok)
+		}
+	}
+	rw := func(name, target string) *giev1alpha2.InferenceModelRewrite {
+		return &giev1alpha2.InferenceModelRewrite{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: giev1alpha2.InferenceModelRewriteSpec{PoolRef: &giev1alpha2.PoolObjectReference{Name: "pool"},
+				Rules: []giev1alpha2.InferenceModelRewriteRule{{Matches: []giev1alpha2.Match{{Model: &giev1alpha2.ModelMatch{Value: "alias"}}},
+					Targets: []giev1alpha2.TargetModel{{ModelRewrite: target}}}}}}
+	}
+	h.legacyRewrites.Add(rw("legacy", "from-legacy"))
+	if got, _, ok := store.Rewrite("alias"); ok {
+		t.Errorf("a legacy rewrite applied (%q) while llm-d.ai is served", got)
+	}
+	h.rewrites.Add(asLLMD(t, rw("current", "from-llmd"), "InferenceModelRewrite"))
+	if got, _, ok := store.Rewrite("alias"); !ok || got != "from-llmd" {
+		t.Errorf("Rewrite(alias) = %q, %v; want from-llmd", got, ok)
 	}
 }

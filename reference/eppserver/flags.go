@@ -64,6 +64,9 @@ type Flags struct {
 	PredictorURL string
 	// HA is high availability: leader election, drain, metrics authentication (ha_flags.go).
 	HA HAFlags
+	// EmitEndpointScores publishes every candidate's score with the pick
+	// (--emit-endpoint-scores; llm-d-router v0.10.0 pkg/epp/server/options.go).
+	EmitEndpointScores bool
 }
 
 // AddFlags binds f to fs with the reference EPP's flag names and defaults.
@@ -89,6 +92,7 @@ func (f *Flags) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&f.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&f.BindAddress, "bind-address", "", "address the listeners bind to (default: all interfaces)")
 	f.HA.AddFlags(fs)
+	fs.BoolVar(&f.EmitEndpointScores, "emit-endpoint-scores", false, "publish envoy.lb/x-gateway-destination-endpoint-scores (every candidate's score in the primary profile) with each pick, as llm-d-router v0.10.0's flag")
 	fs.StringVar(&f.PredictorURL, "predictor-url", "", "base URL of an upstream-compatible latency predictor (eppkit predictor) that every predicted-latency-producer without predictionServerURLs uses instead of the in-process model")
 }
 
@@ -165,7 +169,7 @@ func (f *Flags) Options(logger *slog.Logger) (opts Options, pool *discovery.Pool
 	opts = Options{
 		Config: cfg, Registry: reg, Discovery: src, Collector: collector,
 		GRPCAddr: addr(f.GRPCPort), HealthAddr: addr(f.GRPCHealthPort), MetricsAddr: addr(f.MetricsPort),
-		TLS: tlsCfg, Seed: f.Seed, Logger: logger,
+		TLS: tlsCfg, Seed: f.Seed, Logger: logger, EmitEndpointScores: f.EmitEndpointScores,
 	}
 	if rewrites != nil {
 		opts.ModelRewrites = rewrites

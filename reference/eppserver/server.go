@@ -114,6 +114,9 @@ type Options struct {
 	DrainHandover time.Duration
 	// MetricsFilter, when set, wraps /metrics (--metrics-endpoint-auth).
 	MetricsFilter MetricsFilter
+	// EmitEndpointScores publishes envoy.lb / x-gateway-destination-endpoint-scores with every
+	// pick (extproc.Server.SetEmitEndpointScores).
+	EmitEndpointScores bool
 }
 
 // ConfigError is returned by Start when the runtime cannot be built from Options.Config (a
@@ -203,7 +206,8 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		return nil, &ConfigError{Err: err}
 	}
 	s.runtime = rt
-	dOpts := director.Options{Runtime: rt, Endpoints: opts.Discovery, Logger: logger, Observer: obs, ModelRewrites: opts.ModelRewrites}
+	dOpts := director.Options{Runtime: rt, Endpoints: opts.Discovery, Logger: logger, Observer: obs, ModelRewrites: opts.ModelRewrites,
+		Context: runCtx}
 	if opts.Clock != nil {
 		dOpts.Clock = opts.Clock
 	}
@@ -211,7 +215,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		dOpts.Metrics = opts.Collector
 	}
 	if s.director, err = director.New(dOpts); err != nil {
-		return nil, err
+		return nil, &ConfigError{Err: err}
 	}
 	if promReg != nil {
 		if err := s.director.RegisterPoolCollectors(promReg); err != nil {
@@ -290,6 +294,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	// every request; when all are busy (long-lived streams), grpc-go starts a goroutine as before.
 	s.grpcSrv = grpc.NewServer(append(grpcOpts, grpc.NumStreamWorkers(extprocStreamWorkers))...)
 	s.extproc = extproc.NewServer(s.director, logger)
+	s.extproc.SetEmitEndpointScores(opts.EmitEndpointScores)
 	extprocv3.RegisterExternalProcessorServer(s.grpcSrv, s.extproc)
 	healthpb.RegisterHealthServer(s.grpcSrv, s.health)
 	if s.healthLis != nil {

@@ -16,12 +16,9 @@ import (
 // (pkg/common/error/error.go: RequestDroppedReasonHeaderKey, RequestDroppedReasonShuttingDown,
 // raised for ErrFlowControllerNotRunning by pkg/epp/requestcontrol/admission.go).
 const (
-	// DroppedReasonHeader is upstream's refusal reason header.
-	DroppedReasonHeader = "x-llm-d-request-dropped-reason"
-	// DroppedShuttingDown is its value for a request refused because the EPP is shutting down.
+	// DroppedShuttingDown is DroppedReasonHeader's value for a request refused because the EPP
+	// is shutting down.
 	DroppedShuttingDown = "rejected-shutting-down"
-	// ReasonShuttingDown is the same refusal's x-eppkit-reason.
-	ReasonShuttingDown = "shutting-down"
 )
 
 // StopAdmitting makes the server refuse every request that starts from now on, on a new
@@ -42,9 +39,8 @@ func shuttingDownResponse() *extprocv3.ProcessingResponse {
 		ImmediateResponse: &extprocv3.ImmediateResponse{
 			Status: &typev3.HttpStatus{Code: typev3.StatusCode_ServiceUnavailable},
 			Headers: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
-				header("content-type", "application/json"), header(ReasonHeader, ReasonShuttingDown),
-				header(DroppedReasonHeader, DroppedShuttingDown)}},
+				header("content-type", "application/json"), header(DroppedReasonHeader, DroppedShuttingDown)}},
 			Body:    body,
-			Details: "eppkit_epp_" + ReasonShuttingDown,
+			Details: "eppkit_epp_" + DroppedShuttingDown,
 		}}}
 }

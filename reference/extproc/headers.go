@@ -10,14 +10,20 @@ import (
 	"github.com/eppkit/eppkit/reference/framework"
 )
 
-// reservedHeaders are request headers only the server itself sets or the gateway owns: a
-// profile handler's SchedulingResult.RequestHeaders never set them (upstream v1.5.0 skips the
-// same system-owned headers, pkg/epp/util/request/headers.go IsSystemOwnedHeader).
-var reservedHeaders = map[string]bool{
-	DestinationEndpointKey: true, DestinationEndpointServedKey: true, "content-length": true,
-	director.HeaderRequestID: true, director.HeaderObjective: true, director.HeaderFairnessID: true,
-	director.HeaderModelNameRewrite: true, SubsetHintKey: true,
-}
+// reservedHeaders are request headers only the server itself sets or the gateway owns, every
+// control header under its current and its legacy name included: a profile handler's
+// SchedulingResult.RequestHeaders never set them (llm-d-router v0.10.0 skips the same
+// system-owned headers, pkg/epp/util/request/headers.go IsSystemOwnedHeader).
+var reservedHeaders = func() map[string]bool {
+	m := map[string]bool{
+		DestinationEndpointKey: true, DestinationEndpointServedKey: true, "content-length": true,
+		director.HeaderRequestID: true, SubsetHintKey: true, DroppedReasonHeader: true,
+	}
+	for _, h := range framework.ControlHeaders() {
+		m[h] = true
+	}
+	return m
+}()
 
 // resultHeaders returns the scheduling result's RequestHeaders (for example
 // disagg-profile-handler's x-prefiller-host-port) as header mutations, keys lower case and

@@ -306,11 +306,13 @@ func (s *stream) recv() *extprocv3.ProcessingResponse {
 // the request-headers response and the streamed body chunks.
 type routed struct {
 	immediate *extprocv3.ImmediateResponse
-	// reason is the immediate response's x-eppkit-reason header.
-	reason      string
-	setHeaders  map[string][]string
-	metadataDst string
-	chunks      [][]byte
+	// reason is the immediate response's x-llm-d-request-dropped-reason header; eppkitReason
+	// whether it set the retired x-eppkit-reason.
+	reason       string
+	eppkitReason bool
+	setHeaders   map[string][]string
+	metadataDst  string
+	chunks       [][]byte
 }
 
 // readRouting reads the answer to a request: an ImmediateResponse, or a request-headers
@@ -323,8 +325,11 @@ func (s *stream) readRouting(withBody bool) routed {
 		out.immediate = im
 		for _, h := range im.GetHeaders().GetSetHeaders() {
 			mustOverwrite(s.t, h)
-			if h.GetHeader().GetKey() == extproc.ReasonHeader {
+			switch h.GetHeader().GetKey() {
+			case extproc.DroppedReasonHeader:
 				out.reason = string(h.GetHeader().GetRawValue())
+			case "x-eppkit-reason":
+				out.eppkitReason = true
 			}
 		}
 		return out

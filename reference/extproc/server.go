@@ -3,7 +3,8 @@
 // the header x-gateway-destination-endpoint and the dynamic metadata envoy.lb /
 // x-gateway-destination-endpoint, streams the (possibly mutated) request body back in chunks of
 // at most BodyChunkLimit bytes, answers refusals with an ImmediateResponse and a JSON body, and
-// passes the response through unchanged while reading its usage.
+// passes the response through while reading its usage, with the client's model name restored
+// when the request's model was rewritten (modelRestorer).
 //
 // Bodies are expected in FULL_DUPLEX_STREAMED mode. One stream may carry several requests one
 // after another: a request_headers message after a finished (or refused) request starts the
@@ -20,6 +21,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -45,6 +48,10 @@ const (
 	DestinationEndpointNamespace = "envoy.lb"
 	// DestinationEndpointServedKey is the served endpoint, in the response's filter metadata.
 	DestinationEndpointServedKey = "x-gateway-destination-endpoint-served"
+	// DestinationEndpointScoresKey holds, in DestinationEndpointNamespace of the pick's dynamic
+	// metadata, a struct "ip:port" → score of every candidate of the primary profile
+	// (llm-d-router v0.10.0 pkg/epp/metadata/consts.go DestinationEndpointScoresKey; opt-in).
+	DestinationEndpointScoresKey = "x-gateway-destination-endpoint-scores"
 	// SubsetHintNamespace and SubsetHintKey hold the subset hint in the request's filter
 	// metadata: a list of "ip:port" strings.
 	SubsetHintNamespace = "envoy.lb.subset_hint"
@@ -58,9 +65,10 @@ const (
 )
 
 // The request header mutation sets only the pick, Content-Length (when a body is sent) and a
-// generated x-request-id: the gateway's input headers (x-gateway-inference-objective,
-// x-gateway-model-name-rewrite, ...) are never set back, which is what upstream v1.5.0 achieves
-// by skipping its system-owned headers (pkg/epp/util/request/headers.go, IsSystemOwnedHeader).
+// generated x-request-id: the gateway's input headers (x-llm-d-inference-objective,
+// x-llm-d-model-name-rewrite, their x-gateway-* aliases, ...) are never set back, which is what
+// llm-d-router v0.10.0 achieves by skipping its system-owned headers
+// (pkg/epp/util/request/headers.go IsSystemOwnedHeader).
 
 // Server implements extprocv3.ExternalProcessorServer.
 type Server struct {
@@ -72,6 +80,8 @@ type Server struct {
 	inflight atomic.Int64
 	// completed, aborted and abandoned count how scheduled requests ended (abort.go Outcomes).
 	completed, aborted, abandoned atomic.Int64
+	// emitScores publishes DestinationEndpointScoresKey with every pick (SetEmitEndpointScores).
+	emitScores bool
 }
 
 // NewServer returns a Server that schedules with d. logger nil means slog.Default().
@@ -81,6 +91,11 @@ func NewServer(d *director.Director, logger *slog.Logger) *Server {
 	}
 	return &Server{d: d, logger: logger}
 }
+
+// SetEmitEndpointScores makes every pick's dynamic metadata carry
+// envoy.lb / x-gateway-destination-endpoint-scores (off by default; llm-d-router v0.10.0
+// --emit-endpoint-scores, StreamingServer.SetEmitEndpointScores). Call it before serving.
+func (s *Server) SetEmitEndpointScores(on bool) { s.emitScores = on }
 
 // Process serves one ext_proc stream until the gateway closes it. It returns nil when the
 // stream ends normally (EOF or cancellation) and a gRPC error when receiving or sending fails.
@@ -138,7 +153,8 @@ type request struct {
 	served      string
 	resp        *framework.Response
 	usage       *UsageParser
-	aborted     bool // the response ended with a non-zero grpc-status (abort.go)
+	aborted     bool           // the response ended with a non-zero grpc-status (abort.go)
+	restore     *modelRestorer // nil when the response's model name needs no restoring
 }
 
 func (st *stream) handle(msg *extprocv3.ProcessingRequest) error {
@@ -271,7 +287,7 @@ func (st *stream) schedule() error {
 				HeaderMutation:  &extprocv3.HeaderMutation{SetHeaders: set},
 			},
 		}},
-		DynamicMetadata: destinationMetadata(dest),
+		DynamicMetadata: destinationMetadata(dest, st.scores(res)),
 	}
 	if err := st.srv.Send(hdrResp); err != nil {
 		return err
@@ -296,6 +312,7 @@ var errTooLarge = fmt.Errorf("request body: longer than %d bytes: %w", MaxReques
 func (st *stream) responseHeaders(h *extprocv3.HttpHeaders) error {
 	r := st.cur
 	var set []*corev3.HeaderValueOption
+	var remove []string
 	if r != nil && r.res != nil && !r.ended {
 		headers := headerMap(h.GetHeaders())
 		served := r.served
@@ -303,15 +320,29 @@ func (st *stream) responseHeaders(h *extprocv3.HttpHeaders) error {
 			served = r.res.Targets[0]
 		}
 		r.resp = &framework.Response{RequestID: r.res.Request.RequestID, Headers: headers, Endpoint: st.s.d.Lookup(served)}
-		r.usage = NewUsageParser(r.res.API, strings.Contains(strings.ToLower(headers["content-type"]), "text/event-stream"))
+		sse := strings.Contains(strings.ToLower(headers["content-type"]), "text/event-stream")
+		r.usage = NewUsageParser(r.res.API, sse)
 		st.s.d.ResponseHeader(st.ctx, r.res.Request, r.resp)
 		if r.res.PrimaryProfile != "" {
 			set = append(set, header(ProfileHeader, r.res.PrimaryProfile))
 		}
+		// Headers the ResponseHeader plugins set (session affinity's token), sorted.
+		for _, k := range slices.Sorted(maps.Keys(r.resp.SetHeaders)) {
+			if k != "" && !strings.HasPrefix(k, ":") && k != "content-length" && k != ProfileHeader {
+				set = append(set, header(k, r.resp.SetHeaders[k]))
+			}
+		}
+		if !h.GetEndOfStream() {
+			r.restore = newModelRestorer(r.res.Request.TargetModel, r.res.IncomingModel, sse)
+		}
+		if r.restore != nil {
+			// The restored body's length differs from the model server's: let the gateway frame it.
+			remove = append(remove, "content-length")
+		}
 	}
 	resp := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
 		ResponseHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{
-			HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: set}}}}}
+			HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: set, RemoveHeaders: remove}}}}}
 	if err := st.srv.Send(resp); err != nil {
 		return err
 	}
@@ -332,8 +363,25 @@ func (st *stream) responseBody(b *extprocv3.HttpBody) error {
 		r.resp.Usage = r.usage.Usage()
 		r.resp.EndOfStream = eos
 		st.s.d.ResponseBody(st.ctx, r.res.Request, r.resp, b.GetBody())
+		if r.restore != nil {
+			// The model name goes back to the client's: complete SSE lines as they arrive, any
+			// other body at its end (modelRestorer).
+			out := r.restore.write(b.GetBody(), eos)
+			if len(out) > 0 || eos {
+				for _, c := range chunks(out, BodyChunkLimit) {
+					if err := st.srv.Send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
+						ResponseBody: &extprocv3.BodyResponse{Response: streamedBody(c.data, c.last && eos)}}}); err != nil {
+						return err
+					}
+				}
+			}
+			if eos {
+				st.complete(true)
+			}
+			return nil
+		}
 	}
-	// The body passes through unchanged, chunk for chunk (FULL_DUPLEX_STREAMED).
+	// Otherwise the body passes through unchanged, chunk for chunk (FULL_DUPLEX_STREAMED).
 	if err := st.srv.Send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
 		ResponseBody: &extprocv3.BodyResponse{Response: streamedBody(b.GetBody(), eos)}}}); err != nil {
 		return err
@@ -446,12 +494,37 @@ func servedEndpoint(msg *extprocv3.ProcessingRequest) string {
 	return strings.TrimSpace(ns.GetFields()[DestinationEndpointServedKey].GetStringValue())
 }
 
-func destinationMetadata(dest string) *structpb.Struct {
+// destinationMetadata is the pick's dynamic metadata: envoy.lb / x-gateway-destination-endpoint,
+// and x-gateway-destination-endpoint-scores when scores is not nil (llm-d-router v0.10.0
+// pkg/epp/handlers/request.go generateMetadata: a protobuf Struct of number values, omitted
+// when empty).
+func destinationMetadata(dest string, scores *structpb.Struct) *structpb.Struct {
+	fields := map[string]*structpb.Value{DestinationEndpointKey: structpb.NewStringValue(dest)}
+	if len(scores.GetFields()) > 0 {
+		fields[DestinationEndpointScoresKey] = structpb.NewStructValue(scores)
+	}
 	return &structpb.Struct{Fields: map[string]*structpb.Value{
-		DestinationEndpointNamespace: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
-			DestinationEndpointKey: structpb.NewStringValue(dest),
-		}}),
+		DestinationEndpointNamespace: structpb.NewStructValue(&structpb.Struct{Fields: fields}),
 	}}
+}
+
+// scores returns the primary profile's candidates and scores as a Struct "ip:port" → number,
+// nil unless the server emits scores. Every endpoint that passed the primary profile's filters
+// appears, the picked ones and the others (llm-d-router v0.10.0 requestcontrol/director.go
+// prepareRequest copies primaryResult.ScoredCandidates).
+func (st *stream) scores(res *director.Result) *structpb.Struct {
+	if !st.s.emitScores {
+		return nil
+	}
+	primary := res.Scheduling.Primary()
+	if primary == nil || len(primary.Candidates) == 0 {
+		return nil
+	}
+	out := &structpb.Struct{Fields: make(map[string]*structpb.Value, len(primary.Candidates))}
+	for _, c := range primary.Candidates {
+		out.Fields[c.Endpoint.Key()] = structpb.NewNumberValue(c.Score)
+	}
+	return out
 }
 
 // header is a set-header mutation that replaces any value the request or response already
@@ -488,20 +561,25 @@ func chunks(b []byte, limit int) []chunk {
 	return out
 }
 
-// ReasonHeader is the response header of every ImmediateResponse that names the refusal's cause
-// (director.ReasonFor: bad-request, shed, filtered-out, no-endpoints, empty-subset, internal)
-// [eppkit, SPEC §9.3; llm-d-router #1735 asks for a drop reason].
-const ReasonHeader = "x-eppkit-reason"
+// DroppedReasonHeader names why flow control refused a request (llm-d-router v0.10.0
+// pkg/common/error/error.go RequestDroppedReasonHeaderKey): set on an ImmediateResponse exactly
+// when the refusal carries a reason (director.ReasonFor), as upstream sets it only on flow
+// control's refusals. eppkit's former x-eppkit-reason is gone (docs/request-surface.md §2).
+const DroppedReasonHeader = "x-llm-d-request-dropped-reason"
 
 // immediateResponse is a refusal: the HTTP status, a JSON body, content-type application/json
-// and the reason header (upstream pkg/common/error/error.go BuildErrResponse sends the status and
-// the error text).
+// and, for a flow-control refusal, DroppedReasonHeader (llm-d-router v0.10.0
+// pkg/common/error/error.go BuildErrResponse sends the status, the error text and the error's
+// headers).
 func immediateResponse(code int, body []byte, details, reason string) *extprocv3.ProcessingResponse {
+	set := []*corev3.HeaderValueOption{header("content-type", "application/json")}
+	if reason != "" {
+		set = append(set, header(DroppedReasonHeader, reason))
+	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
 		ImmediateResponse: &extprocv3.ImmediateResponse{
-			Status: &typev3.HttpStatus{Code: typev3.StatusCode(code)},
-			Headers: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
-				header("content-type", "application/json"), header(ReasonHeader, reason)}},
+			Status:  &typev3.HttpStatus{Code: typev3.StatusCode(code)},
+			Headers: &extprocv3.HeaderMutation{SetHeaders: set},
 			Body:    body,
 			Details: "eppkit_epp_" + details,
 		}}}

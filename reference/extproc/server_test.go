@@ -42,7 +42,7 @@ func TestErrorTable(t *testing.T) {
 		metadata *corev3.Metadata
 		setup    func()
 		want     int
-		reason   string // x-eppkit-reason; "" = the status's only cause (bad-request, internal)
+		reason   string // x-llm-d-request-dropped-reason: none outside flow control (llm-d-router v0.10.0)
 	}{
 		{name: "malformed JSON", headers: reqHeaders(completionsPath), body: []byte(`{"model": "m", "prompt": `), want: 400},
 		{name: "body is not an object", headers: reqHeaders(completionsPath), body: []byte(`["model"]`), want: 400},
@@ -53,14 +53,14 @@ func TestErrorTable(t *testing.T) {
 		{name: "missing messages", headers: reqHeaders("/v1/chat/completions"), body: []byte(`{"model":"m","prompt":"x"}`), want: 400},
 		{name: "ErrBadRequest from a PrepareData plugin", headers: reqHeaders(completionsPath, "x-test-bad-request", "1"), body: good, want: 400},
 		{name: "shed: sheddable and saturated", headers: reqHeaders(completionsPath, "x-gateway-inference-objective", "batch"), body: good,
-			setup: func() { f.setQueues(10, 10, 10) }, want: 429, reason: "shed"},
-		{name: "admitter refuses a sheddable request", headers: reqHeaders(completionsPath, "x-test-shed", "1", "x-gateway-inference-objective", "batch"), body: good, want: 429, reason: "shed"},
-		{name: "every endpoint filtered out", headers: reqHeaders(completionsPath, "x-test-filter-all", "1"), body: good, want: 429, reason: "filtered-out"},
-		{name: "no candidate endpoints", headers: reqHeaders(completionsPath), body: good, setup: func() { f.src.eps = nil }, want: 503, reason: "no-endpoints"},
-		{name: "no endpoints, headers-only", headers: reqHeaders(completionsPath), setup: func() { f.src.eps = nil }, want: 503, reason: "no-endpoints"},
-		{name: "empty subset", headers: reqHeaders(completionsPath), body: good, metadata: subsetMetadata(), want: 503, reason: "empty-subset"},
-		{name: "subset matching no endpoint", headers: reqHeaders(completionsPath), body: good, metadata: subsetMetadata("10.9.9.9:8000"), want: 503, reason: "no-endpoints"},
-		{name: "anything else inside the EPP", headers: reqHeaders(completionsPath, "x-test-internal", "1"), body: good, want: 500, reason: "internal"},
+			setup: func() { f.setQueues(10, 10, 10) }, want: 429},
+		{name: "admitter refuses a sheddable request", headers: reqHeaders(completionsPath, "x-test-shed", "1", "x-gateway-inference-objective", "batch"), body: good, want: 429},
+		{name: "every endpoint filtered out", headers: reqHeaders(completionsPath, "x-test-filter-all", "1"), body: good, want: 429},
+		{name: "no candidate endpoints", headers: reqHeaders(completionsPath), body: good, setup: func() { f.src.eps = nil }, want: 503},
+		{name: "no endpoints, headers-only", headers: reqHeaders(completionsPath), setup: func() { f.src.eps = nil }, want: 503},
+		{name: "empty subset", headers: reqHeaders(completionsPath), body: good, metadata: subsetMetadata(), want: 503},
+		{name: "subset matching no endpoint", headers: reqHeaders(completionsPath), body: good, metadata: subsetMetadata("10.9.9.9:8000"), want: 503},
+		{name: "anything else inside the EPP", headers: reqHeaders(completionsPath, "x-test-internal", "1"), body: good, want: 500},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -81,12 +81,8 @@ func TestErrorTable(t *testing.T) {
 			if code := int(got.immediate.GetStatus().GetCode()); code != tc.want {
 				t.Fatalf("status %d, want %d (body %s)", code, tc.want, got.immediate.GetBody())
 			}
-			wantReason := tc.reason
-			if wantReason == "" && tc.want == 400 {
-				wantReason = "bad-request"
-			}
-			if got.reason != wantReason {
-				t.Fatalf("%s = %q, want %q", extproc.ReasonHeader, got.reason, wantReason)
+			if got.reason != tc.reason || got.eppkitReason {
+				t.Fatalf("%s = %q, want %q (x-eppkit-reason set: %v)", extproc.DroppedReasonHeader, got.reason, tc.reason, got.eppkitReason)
 			}
 			var eb struct {
 				Error struct {

@@ -18,7 +18,11 @@ import (
 // Config identity (SPEC §1). Upstream: gateway-api-inference-extension, apix/config/v1alpha1.
 const (
 	ConfigAPIVersion = "inference.networking.x-k8s.io/v1alpha1"
-	ConfigKind       = "EndpointPickerConfig"
+	// ConfigAPIVersionLLMD is llm-d-router v0.10.0's apiVersion of the same config
+	// (apix/config/v1alpha1, group llm-d.ai), accepted as well; upstream accepts ours with a
+	// deprecation note (config/loader/configloader.go).
+	ConfigAPIVersionLLMD = "llm-d.ai/v1alpha1"
+	ConfigKind           = "EndpointPickerConfig"
 )
 
 // Config defaults (SPEC §1, §1.1, §3).
@@ -70,6 +74,9 @@ type EndpointPickerConfig struct {
 	Data json.RawMessage `json:"data,omitempty"`
 	// PrepareData configures the PrepareData phase (eppkit); LoadConfig never leaves it nil.
 	PrepareData *PrepareDataConfig `json:"prepareData,omitempty"`
+	// FlowControl configures flow control (llm-d-router v0.10.0's section), used only with the
+	// flowControl feature gate (FlowControlEnabled); nil = upstream's defaults.
+	FlowControl *FlowControlConfig `json:"flowControl,omitempty"`
 
 	// Warnings are the loader's non-fatal findings (retired or unknown feature gates, ignored
 	// sections), one sentence each. NewRuntime logs them at WARN level.
@@ -164,6 +171,7 @@ type rawConfig struct {
 	SaturationDetector json.RawMessage   `json:"saturationDetector"`
 	Data               json.RawMessage   `json:"data"`
 	PrepareData        json.RawMessage   `json:"prepareData"`
+	FlowControl        json.RawMessage   `json:"flowControl"`
 }
 
 type rawProfile struct {
@@ -248,6 +256,12 @@ func LoadConfig(data []byte) (*EndpointPickerConfig, error) {
 	if !isNullJSON(raw.Data) {
 		cfg.Data = raw.Data
 	}
+	if !isNullJSON(raw.FlowControl) {
+		cfg.FlowControl = &FlowControlConfig{}
+		if err := decodeStrict(raw.FlowControl, cfg.FlowControl); err != nil {
+			return nil, fmt.Errorf("flowControl: %w", err)
+		}
+	}
 	if err := cfg.Normalize(); err != nil {
 		return nil, err
 	}
@@ -260,8 +274,8 @@ func LoadConfig(data []byte) (*EndpointPickerConfig, error) {
 // (replacing earlier ones). It is idempotent; LoadConfig and NewRuntime call it.
 func (c *EndpointPickerConfig) Normalize() error {
 	c.Warnings = nil
-	if c.APIVersion != ConfigAPIVersion {
-		return fmt.Errorf("apiVersion: got %q, want %q", c.APIVersion, ConfigAPIVersion)
+	if c.APIVersion != ConfigAPIVersion && c.APIVersion != ConfigAPIVersionLLMD {
+		return fmt.Errorf("apiVersion: got %q, want %q or %q", c.APIVersion, ConfigAPIVersion, ConfigAPIVersionLLMD)
 	}
 	if c.Kind != ConfigKind {
 		return fmt.Errorf("kind: got %q, want %q", c.Kind, ConfigKind)
@@ -270,6 +284,7 @@ func (c *EndpointPickerConfig) Normalize() error {
 		switch {
 		case g == "":
 			return fmt.Errorf("featureGates[%d]: empty gate name", i)
+		case g == FlowControlFeatureGate:
 		case slices.Contains(RetiredFeatureGates, g):
 			c.Warnings = append(c.Warnings, fmt.Sprintf(
 				"featureGates[%d]: feature gate %q is retired (the feature is always on); remove it", i, g))
@@ -353,6 +368,21 @@ func (c *EndpointPickerConfig) Normalize() error {
 	}
 	if sd.MetricsStalenessThreshold.Duration == 0 {
 		sd.MetricsStalenessThreshold.Duration = DefaultMetricsStalenessThreshold
+	}
+
+	if c.FlowControl != nil {
+		if err := c.FlowControl.validate(); err != nil {
+			return err
+		}
+		if ref := c.FlowControl.SaturationDetector; ref != nil && ref.PluginRef != "" {
+			if _, ok := names[ref.PluginRef]; !ok {
+				return fmt.Errorf("flowControl.saturationDetector.pluginRef: no plugin named %q in plugins", ref.PluginRef)
+			}
+		}
+		if !c.FlowControlEnabled() {
+			c.Warnings = append(c.Warnings, fmt.Sprintf(
+				"flowControl: section ignored: the %q feature gate is not enabled (featureGates: [%s])", FlowControlFeatureGate, FlowControlFeatureGate))
+		}
 	}
 
 	if c.PrepareData == nil {

@@ -127,7 +127,7 @@ func TestLoadConfigErrors(t *testing.T) {
 		wantErr string // the exact error text
 	}{
 		{"empty document", "", "config: empty document"},
-		{"missing apiVersion", "kind: EndpointPickerConfig\n", `apiVersion: got "", want "inference.networking.x-k8s.io/v1alpha1"`},
+		{"missing apiVersion", "kind: EndpointPickerConfig\n", `apiVersion: got "", want "inference.networking.x-k8s.io/v1alpha1" or "llm-d.ai/v1alpha1"`},
 		{"wrong kind", "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: Foo\n", `kind: got "Foo", want "EndpointPickerConfig"`},
 		{"unknown top-level field", header + "pluginz: []\n", `config: unknown field "pluginz"`},
 		{"duplicate key", header + "kind: EndpointPickerConfig\n", "config: yaml: unmarshal errors:\n  line 3: key \"kind\" already set in map"},

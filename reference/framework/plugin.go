@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"strings"
 
 	"k8s.io/utils/clock"
 )
@@ -156,6 +157,18 @@ type Response struct {
 	Usage *Usage
 	// EndOfStream is true on the last body chunk.
 	EndOfStream bool
+	// SetHeaders are headers ResponseHeader plugins ask to set on the response the client gets
+	// (SetHeader; for example session affinity's token). Keys lower case.
+	SetHeaders map[string]string
+}
+
+// SetHeader asks for the response header key (lower-cased) to be set to value on the response
+// the client gets. Only a ResponseHeader plugin's call takes effect (the headers are sent then).
+func (r *Response) SetHeader(key, value string) {
+	if r.SetHeaders == nil {
+		r.SetHeaders = map[string]string{}
+	}
+	r.SetHeaders[strings.ToLower(key)] = value
 }
 
 // Usage is the model server's token accounting for one response, in tokens, read in the

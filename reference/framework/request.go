@@ -11,17 +11,24 @@ type LLMRequest struct {
 	// label for logs and the forwarded request only, never a key.
 	XRequestID string
 	// TargetModel is the model the request is served by, after rewrites (SPEC §9.4: the
-	// x-gateway-model-name-rewrite header, else an InferenceModelRewrite rule, else the body's
+	// x-llm-d-model-name-rewrite header (alias x-gateway-model-name-rewrite), else an InferenceModelRewrite rule, else the body's
 	// model): a base model or a LoRA adapter name.
 	TargetModel string
 	// Headers are the request headers, keys lower case.
 	Headers map[string]string
 	// Body is the parsed body; nil for headers-only requests.
 	Body *LLMRequestBody
-	// Objective is the InferenceObjective name (x-gateway-inference-objective), possibly empty.
+	// Objective is the InferenceObjective name (x-llm-d-inference-objective, alias
+	// x-gateway-inference-objective), possibly empty.
 	Objective string
+	// FairnessID is the request's flow for flow control (x-llm-d-inference-fairness-id, alias
+	// x-gateway-inference-fairness-id); DefaultFairnessID when absent or empty.
+	FairnessID string
 	// Priority is the objective's priority; sheddable when < 0.
 	Priority int
+	// FlowControlled is set by the director when flow control admitted the request: its
+	// in-flight count is released when the request ends.
+	FlowControlled bool
 }
 
 // API names the inference API a request body was parsed as, from the request path (SPEC §9.1).
@@ -40,6 +47,13 @@ const (
 	APIMessages API = "messages"
 	// APIResponses is OpenAI /v1/responses (served by vLLM).
 	APIResponses API = "responses"
+	// APICountTokens is Anthropic's /v1/messages/count_tokens: the body is forwarded as it is,
+	// "model" optional, no prefix affinity (llm-d-router v0.10.0 parsers/anthropic: a raw payload).
+	APICountTokens API = "messages/count_tokens"
+	// APIGenerate is vLLM's /inference/v1/generate (token ids in, llm-d-router v0.10.0
+	// parsers/vllmhttp): "token_ids" must be a non-empty array of token ids; routed without
+	// prefix affinity.
+	APIGenerate API = "inference/v1/generate"
 	// APIOther is any other path with a JSON body: only "model" is read and the request is
 	// routed without prefix affinity.
 	APIOther API = "other"

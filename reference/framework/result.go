@@ -4,6 +4,12 @@ package framework
 // the pick and the rest are fallbacks.
 type ProfileRunResult struct {
 	TargetEndpoints []*Endpoint
+	// Candidates are every endpoint that passed the profile's filters with its score: the sum
+	// over the profile's scorers of weight × the scorer's score clamped to [0,1], not normalised
+	// (llm-d-router v0.10.0 scheduling/scheduler_profile.go runScorerPlugins and
+	// runPickerPlugin's ScoredCandidates). The scheduler sets it after the picker ran; a picker
+	// need not.
+	Candidates []ScoredEndpoint
 }
 
 // SchedulingResult is the result of one scheduling cycle: the results of every profile that ran

@@ -153,6 +153,7 @@ func runProfile(ctx context.Context, cycle *CycleState, req *LLMRequest, prof *S
 	if pr == nil || len(pr.TargetEndpoints) == 0 {
 		return nil, false
 	}
+	pr.Candidates = scored
 	return pr, false
 }
 

@@ -2,6 +2,7 @@
 package plugins
 
 import (
+	"github.com/eppkit/eppkit/reference/flowcontrol"
 	"github.com/eppkit/eppkit/reference/framework"
 	"github.com/eppkit/eppkit/reference/plugins/filters"
 	"github.com/eppkit/eppkit/reference/plugins/latency"
@@ -11,6 +12,7 @@ import (
 	"github.com/eppkit/eppkit/reference/plugins/prefix"
 	"github.com/eppkit/eppkit/reference/plugins/profiles"
 	"github.com/eppkit/eppkit/reference/plugins/scorers"
+	"github.com/eppkit/eppkit/reference/plugins/session"
 	"github.com/eppkit/eppkit/reference/plugins/tokenload"
 )
 
@@ -32,6 +34,8 @@ import (
 //	active-request-scorer, prefix-cache-affinity-filter            (plugins/tokenload)
 //	legacy-prefix-cache-scorer                                     (plugins/legacyprefix)
 //	precise-prefix-cache-producer                                  (plugins/preciseprefix)
+//	session-affinity-filter, session-affinity-scorer               (plugins/session)
+//	utilization-detector, concurrency-detector                     (flowcontrol)
 //
 // It panics when a type is already registered in reg: that is a programming error (register
 // into a fresh framework.NewRegistry()), never a consequence of user input.
@@ -49,6 +53,8 @@ func RegisterAllWithPredictor(reg *framework.Registry, newPredictor latency.Pred
 		filters.Register,
 		pickers.Register,
 		profiles.Register,
+		session.Register,
+		flowcontrol.Register,
 		func(r *framework.Registry) error { return latency.Register(r, newPredictor) },
 		preciseprefix.Register,
 		tokenload.Register,

@@ -14,13 +14,14 @@ func TestRegisterAll(t *testing.T) {
 	reg := framework.NewRegistry()
 	RegisterAll(reg)
 	want := []string{
-		"active-request-scorer", "approx-prefix-cache-producer", "disagg-profile-handler", "header-based-testing-filter",
+		"active-request-scorer", "approx-prefix-cache-producer", "concurrency-detector", "disagg-profile-handler", "header-based-testing-filter",
 		"inflight-load-producer", "kv-cache-utilization-scorer",
 		"latency-fallback-profile-handler", "latency-scorer", "latency-slo-admitter",
 		"legacy-prefix-cache-scorer", "lora-affinity-filter", "lora-affinity-scorer", "max-score-picker",
 		"precise-prefix-cache-producer", "predicted-latency-producer", "prefix-cache-affinity-filter",
 		"prefix-cache-scorer", "queue-scorer", "random-picker", "running-requests-size-scorer",
-		"single-profile-handler", "slo-headroom-tier-filter", "token-load-scorer", "weighted-random-picker",
+		"session-affinity-filter", "session-affinity-scorer",
+		"single-profile-handler", "slo-headroom-tier-filter", "token-load-scorer", "utilization-detector", "weighted-random-picker",
 	}
 	if diff := cmp.Diff(want, reg.Types()); diff != "" {
 		t.Fatalf("registered types (-want +got):\n%s", diff)

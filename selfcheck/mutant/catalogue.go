@@ -89,7 +89,7 @@ const (
 	PartialBlockDropped     Name = "partial-block-dropped"
 	StateKeyedByXRequestID  Name = "state-keyed-by-x-request-id"
 	HeadersAppended         Name = "headers-appended"
-	RefusalReasonMissing    Name = "refusal-reason-missing"
+	DroppedReasonEverywhere Name = "dropped-reason-everywhere"
 	ModelRewriteNotSplit    Name = "model-rewrite-not-split"
 	// The protocol as GIE v1.6.2 states it (issue 30).
 	StreamedBodyDropped      Name = "streamed-body-dropped"
@@ -112,6 +112,29 @@ const (
 	RefusalAsGRPCError  Name = "refusal-as-grpc-error"
 	LatePick            Name = "late-pick"
 	ServingBeforeReady  Name = "serving-before-endpoints"
+	// Today's request surface (issue 31, SPEC §10: llm-d-router v0.10.0).
+	LLMDRewriteHeaderIgnored     Name = "llmd-rewrite-header-ignored"
+	LLMDObjectiveHeaderIgnored   Name = "llmd-objective-header-ignored"
+	LegacyControlHeaderWins      Name = "legacy-control-header-wins"
+	LLMDInputHeadersEchoed       Name = "llmd-input-headers-echoed"
+	MalformedObjectiveIgnored    Name = "malformed-objective-ignored"
+	ModelNameNotRestored         Name = "model-name-not-restored"
+	ModelNameRestoredPerChunk    Name = "model-name-restored-per-chunk"
+	EndpointScoresPickedOnly     Name = "endpoint-scores-picked-only"
+	SessionTokenIgnored          Name = "session-token-ignored"
+	SessionTokenNotReturned      Name = "session-token-not-returned"
+	MalformedSessionTokenIgnored Name = "malformed-session-token-ignored"
+	FCPriorityIgnored            Name = "fc-priority-ignored"
+	FCTTLNeverExpires            Name = "fc-ttl-never-expires"
+	FCFullBandWaits              Name = "fc-full-band-waits"
+	FCCancelNotPropagated        Name = "fc-cancel-not-propagated"
+	FCDroppedReasonMissing       Name = "fc-dropped-reason-missing"
+	LLMDGroupIgnored             Name = "llmd-group-ignored"
+	ConversationsRefused         Name = "conversations-refused"
+	RenderRefused                Name = "render-refused"
+	ImagesRefused                Name = "images-refused"
+	CountTokensModelRequired     Name = "count-tokens-model-required"
+	GenerateRefused              Name = "generate-refused"
 )
 
 // Mutant describes one mutant for the matrix.
@@ -212,8 +235,8 @@ var catalogue = []Mutant{
 		Via: Plugin, Where: "selfcheck/mutant/wrap: approx-prefix-cache-producer wrapped, its plugin state written and read under the request's x-request-id, so requests sharing one overwrite and delete each other's hashes", Kind: BlackBox, Target: "DuplicateRequestIDIsolated"},
 	{Name: HeadersAppended, Breaks: "every header the EPP sets overwrites the request's value (append_action OVERWRITE_IF_EXISTS_OR_ADD, SPEC §9.3)",
 		Via: Interceptor, Where: "selfcheck/mutant/interceptor: every request header the EPP sets is marked APPEND_IF_EXISTS_OR_ADD (the proto's zero value)", Kind: BlackBox, Target: "OpenAIHeaderOverwrite"},
-	{Name: RefusalReasonMissing, Breaks: "every ImmediateResponse carries x-eppkit-reason (SPEC §9.3, eppkit)",
-		Via: Interceptor, Where: "selfcheck/mutant/interceptor: x-eppkit-reason is removed from every ImmediateResponse (the JSON body stays)", Kind: BlackBox, Target: "ReferenceRefusalReasonHeader"},
+	{Name: DroppedReasonEverywhere, Breaks: "x-llm-d-request-dropped-reason marks only flow control's refusals, as llm-d-router v0.10.0 (docs/request-surface.md §2, eppkit)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: every ImmediateResponse without a dropped reason gets one (429 rejected-saturated, 503 rejected-no-endpoints, others rejected-shutting-down), as an EPP that marks every refusal", Kind: BlackBox, Target: "ReferenceRefusalReasonHeader"},
 	{Name: ModelRewriteNotSplit, Breaks: "an InferenceModelRewrite's targets share requests by weight (SPEC §9.4, upstream)",
 		Via: ModelRewriteSource, Where: "selfcheck/mutant/wrap ModelRewrites: the first target chosen for a model is kept for every later request for it", Kind: BlackBox, Target: "OpenAIModelRewriteWeighted"},
 	{Name: StreamedBodyDropped, Breaks: "in streaming mode the request and response bodies are streamed through whole (GIE proposal 004 as of v1.6.2, streaming MUST)",
@@ -244,6 +267,50 @@ var catalogue = []Mutant{
 		Via: Interceptor, Where: "selfcheck/mutant/interceptor: the pick header and metadata leave the request_headers response; the metadata rides on the last streamed body response instead", Kind: BlackBox, Target: "EPPPickBeforeRouting"},
 	{Name: ServingBeforeReady, Breaks: "readiness SERVING means the EPP routes requests for its pool (GIE proposal 004 Health Checking; SPEC §5.1)",
 		Via: Interceptor, Where: "selfcheck/mutant/interceptor: for its first 6 s every request is refused with ImmediateResponse 503 \"no endpoints\" while the proxied health answers SERVING, as an EPP that says ready before its datastore has synced", Kind: BlackBox, Target: "EPPReadyRoutes"},
+	{Name: LLMDRewriteHeaderIgnored, Breaks: "x-llm-d-model-name-rewrite rewrites the body's model as its alias does (SPEC §10, upstream: llm-d-router v0.10.0 pkg/epp/metadata/consts.go)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: x-llm-d-model-name-rewrite never reaches the EPP (an EPP that knows only GIE v1.5.0's names)", Kind: BlackBox, Target: "OpenAILLMDModelNameRewrite"},
+	{Name: LLMDObjectiveHeaderIgnored, Breaks: "x-llm-d-inference-objective names the request's InferenceObjective as its alias does (SPEC §10, upstream)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: x-llm-d-inference-objective never reaches the EPP", Kind: BlackBox, Target: "RequestSheddingLLMDObjective"},
+	{Name: LegacyControlHeaderWins, Breaks: "with a control header under both names the x-llm-d-* one wins (SPEC §10, upstream: GetLowerCaseHeaderValue)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: the x-llm-d-* header is dropped when its GIE v1.5.0 alias is also sent", Kind: BlackBox, Target: "OpenAILLMDModelNameRewrite"},
+	{Name: LLMDInputHeadersEchoed, Breaks: "the header mutation never sets the x-llm-d-* control headers back (SPEC §10, upstream: IsSystemOwnedHeader)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: x-llm-d-inference-objective is set back in the request-headers response", Kind: BlackBox, Target: "OpenAIInputHeadersNotEchoed"},
+	{Name: MalformedObjectiveIgnored, Breaks: "an objective header that cannot name an object is refused with 400 naming it (docs/request-surface.md, eppkit)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: objective headers whose value is not a DNS-1123 subdomain are removed, so the EPP routes with the default objective as llm-d-router v0.10.0 does", Kind: BlackBox, Target: "ReferenceMalformedControlHeaders400"},
+	{Name: ModelNameNotRestored, Breaks: "the response names the model the client sent after a rewrite, JSON and every SSE event (SPEC §10, upstream: GIE #2769, llm-d-router v0.10.0 rewriteModelName)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: the response body reaches the gateway chunk for chunk as the model server sent it", Kind: BlackBox, Target: "OpenAIModelNameRestored"},
+	{Name: ModelNameRestoredPerChunk, Breaks: "the model name is restored however the body is split into chunks (docs/request-surface.md §3, eppkit)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: the response body is restored chunk by chunk with llm-d-router v0.10.0's byte replacement of \"model\":\"<target>\"", Kind: BlackBox, Target: "ReferenceModelNameRestoredAcrossChunks"},
+	{Name: EndpointScoresPickedOnly, Breaks: "envoy.lb/x-gateway-destination-endpoint-scores names every candidate of the primary profile, picked or not (SPEC §10, upstream: llm-d-router v0.10.0 --emit-endpoint-scores)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: the scores struct keeps only the picked endpoints", Kind: BlackBox, Target: "EndpointScores"},
+	{Name: SessionTokenIgnored, Breaks: "a request that sends back its session token is served by the session's endpoint while it is a candidate (SPEC §10, upstream: session-affinity-filter)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: x-session-token never reaches the EPP", Kind: BlackBox, Target: "SessionAffinity"},
+	{Name: SessionTokenNotReturned, Breaks: "every response carries the session token of the endpoint that served it (SPEC §10, upstream: WriteResponseHeader)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: x-session-token is removed from the response-headers response", Kind: BlackBox, Target: "SessionAffinity"},
+	{Name: MalformedSessionTokenIgnored, Breaks: "an empty or undecodable x-session-token is refused with 400 naming it (docs/request-surface.md, eppkit)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: an empty or non-base64 x-session-token is removed, so the EPP starts a new session as llm-d-router v0.10.0 does", Kind: BlackBox, Target: "ReferenceMalformedControlHeaders400"},
+	{Name: FCPriorityIgnored, Breaks: "when capacity returns, a higher priority band is dispatched first (SPEC §10, upstream: flow control dispatchCycle)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: objective headers never reach the EPP, so every request is in band 0 (first come, first served)", Kind: BlackBox, Target: "FlowControl"},
+	{Name: FCTTLNeverExpires, Breaks: "a request that waits past its TTL is refused 429 rejected-ttl-expired (SPEC §10, upstream)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: refusals naming rejected-ttl-expired never reach the gateway, so the request waits on", Kind: BlackBox, Target: "FlowControl"},
+	{Name: FCFullBandWaits, Breaks: "a request whose band is full is refused at once, 429 rejected-saturated (SPEC §10, upstream: hasCapacity)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: refusals naming rejected-saturated reach the gateway 4 s late, as from an EPP that queues past capacity", Kind: BlackBox, Target: "FlowControl"},
+	{Name: FCCancelNotPropagated, Breaks: "a queued request whose client goes away leaves its band (SPEC §10, upstream: EvictedContextCancelled)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: the EPP's stream is not cancelled when the gateway's ends, so the request stays queued", Kind: BlackBox, Target: "FlowControl"},
+	{Name: FCDroppedReasonMissing, Breaks: "flow control's refusals carry x-llm-d-request-dropped-reason (SPEC §10, upstream: translateFlowControlOutcome)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: x-llm-d-request-dropped-reason is removed from every ImmediateResponse", Kind: BlackBox, Target: "FlowControl"},
+	{Name: LLMDGroupIgnored, Breaks: "InferenceObjectives and InferenceModelRewrites are read from llm-d.ai when it is served, the legacy group ignored (SPEC §10, upstream: populateWithDiscovery)",
+		Via: EndpointSource, Where: "selfcheck/mutant/wrap PoolSource: the llm-d.ai API group reads as not served, so the source reads the legacy group", Kind: BlackBox, Target: "LLMDAPIGroup", NeedsAPIServer: true},
+	{Name: ConversationsRefused, Breaks: "/v1/conversations is routed (SPEC §10, upstream: openai-parser)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: a /conversations request is answered with 400, as by an EPP that parses it as completions", Kind: BlackBox, Target: "OpenAIConversationsRouted"},
+	{Name: RenderRefused, Breaks: "/v1/chat/completions/render and /v1/completions/render are routed (SPEC §10, upstream: openai-parser)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: a request to a path ending in /completions/render is answered with 400", Kind: BlackBox, Target: "OpenAIRenderRouted"},
+	{Name: ImagesRefused, Breaks: "/v1/images/generations is routed (SPEC §10, upstream: openai-parser)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: an /images/generations request is answered with 400", Kind: BlackBox, Target: "OpenAIImagesGenerationsRouted"},
+	{Name: CountTokensModelRequired, Breaks: "/v1/messages/count_tokens is routed with or without a model (SPEC §10, upstream: anthropic-parser raw payload)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: a count_tokens body without a model is answered with 400", Kind: BlackBox, Target: "AnthropicCountTokensRouted"},
+	{Name: GenerateRefused, Breaks: "/inference/v1/generate is routed (SPEC §10, upstream: vllmhttp-parser)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: an /inference/v1/generate request is answered with 400", Kind: BlackBox, Target: "VLLMGenerateRouted"},
 	{Name: PluginStateScoreOnly, Breaks: "the prefix producer writes its plugin state in PrepareData, so the pick is indexed without a prefix scorer (GIE PR #2005, SPEC §1)",
 		Via: Plugin, Where: "selfcheck/mutant/wrap: approx-prefix-cache-producer wrapped, its plugin-state entry deleted when PrepareData ends", Kind: WhiteBox, Suite: "pluginstate",
 		Target: "the only profile has no prefix scorer should hold: PreRequest indexes the pick"},

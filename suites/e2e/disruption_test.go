@@ -315,7 +315,7 @@ var _ = ginkgo.Describe("Disruptions", ginkgo.Label(suiteLabel, "disruption"), f
 				for i := 0; i < n; i++ {
 					r := send(ctx, e.failClose, uniquePrompt(fmt.Sprintf("no pods %d", i)))
 					g.Expect(r.Status).To(gomega.Equal(http.StatusServiceUnavailable), "request %d with the pool at 0: %s", i, r.Body)
-					reasons = append(reasons, r.Headers.Get("x-llm-d-request-dropped-reason")+"/"+r.Headers.Get("x-eppkit-reason"))
+					reasons = append(reasons, r.Headers.Get("x-llm-d-request-dropped-reason"))
 				}
 			}).WithContext(ctx).WithTimeout(discoveryWindow).WithPolling(time.Second).Should(gomega.Succeed())
 			ginkgo.By("scaling the pool back")

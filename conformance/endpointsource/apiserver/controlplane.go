@@ -33,6 +33,7 @@ import (
 
 	"github.com/eppkit/eppkit/internal/logtail"
 	"github.com/eppkit/eppkit/internal/toolcache"
+	"github.com/eppkit/eppkit/manifests"
 )
 
 // ControlPlaneOptions configure StartControlPlane. Zero values take the defaults noted per field.
@@ -120,6 +121,23 @@ func ResolvePaths(opts ControlPlaneOptions) (ControlPlaneOptions, string, error)
 	return opts, desc, nil
 }
 
+// writeLLMDCRDs writes manifests.LLMDCRDs into dir.
+func writeLLMDCRDs(dir string) error {
+	crds, err := manifests.LLMDCRDs()
+	if err != nil {
+		return fmt.Errorf("apiserver: llm-d.ai CRDs: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("apiserver: llm-d.ai CRDs: %w", err)
+	}
+	for name, b := range crds {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			return fmt.Errorf("apiserver: llm-d.ai CRDs: %w", err)
+		}
+	}
+	return nil
+}
+
 // ctrlLogOnce sets controller-runtime's logger once per process (StartControlPlane).
 var ctrlLogOnce sync.Once
 
@@ -160,11 +178,18 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (*ControlP
 		return nil, cp.fail(err)
 	}
 
+	// llm-d-router v0.10.0's llm-d.ai InferenceObjective and InferenceModelRewrite CRDs
+	// (manifests/k8s/crds-llmd), installed beside GIE's: EPPs that read llm-d.ai find it, the
+	// others the legacy group (PutObjective and PutModelRewrite write both).
+	llmdDir := filepath.Join(cp.Dir, "crds-llmd")
+	if err := writeLLMDCRDs(llmdDir); err != nil {
+		return nil, cp.fail(err)
+	}
 	useExisting := false
 	env := &envtest.Environment{
 		// Never USE_EXISTING_CLUSTER from the environment: this source owns its control plane.
 		UseExistingCluster:       &useExisting,
-		CRDDirectoryPaths:        []string{opts.CRDDir},
+		CRDDirectoryPaths:        []string{opts.CRDDir, llmdDir},
 		ErrorIfCRDPathMissing:    true,
 		ControlPlaneStartTimeout: opts.StartTimeout,
 		ControlPlaneStopTimeout:  opts.StopTimeout,

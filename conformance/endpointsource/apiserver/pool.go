@@ -14,6 +14,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -29,6 +30,11 @@ var (
 	InferenceObjectiveGVK = schema.GroupVersionKind{Group: "inference.networking.x-k8s.io", Version: "v1alpha2", Kind: "InferenceObjective"}
 	// InferenceModelRewriteGVK is GIE's model rewrite (apix/v1alpha2 of the pinned v1.5.0 module).
 	InferenceModelRewriteGVK = schema.GroupVersionKind{Group: "inference.networking.x-k8s.io", Version: "v1alpha2", Kind: "InferenceModelRewrite"}
+	// LLMDInferenceObjectiveGVK and LLMDInferenceModelRewriteGVK are the same kinds in
+	// llm-d-router v0.10.0's group (apix/v1alpha2, GroupName llm-d.ai), which it reads first and
+	// which makes it ignore the legacy group's objects when both are served.
+	LLMDInferenceObjectiveGVK    = schema.GroupVersionKind{Group: "llm-d.ai", Version: "v1alpha2", Kind: "InferenceObjective"}
+	LLMDInferenceModelRewriteGVK = schema.GroupVersionKind{Group: "llm-d.ai", Version: "v1alpha2", Kind: "InferenceModelRewrite"}
 )
 
 // Defaults of Options.
@@ -56,8 +62,12 @@ type Options struct {
 	// pods without data-parallel ranks), which become the pool's targetPorts in ascending order.
 	// At least one is required.
 	Endpoints []string
-	// Objectives are InferenceObjectives to create: name → spec.priority (may be nil).
+	// Objectives are InferenceObjectives to create in every group the API server serves (GIE's
+	// and llm-d.ai): name → spec.priority.
 	Objectives map[string]int
+	// GroupObjectives are InferenceObjectives to create in one group each (the llm-d.ai group
+	// tests).
+	GroupObjectives []GroupObjective
 	// ModelRewrites are InferenceModelRewrites to create, each referencing the pool.
 	ModelRewrites []ModelRewrite
 	// EndpointPickerPort is spec.endpointPickerRef.port.number (0 = DefaultEndpointPickerPort).
@@ -229,6 +239,11 @@ func (e *Env) populate(ctx context.Context, opts Options, ips []string) error {
 			return err
 		}
 	}
+	for _, o := range opts.GroupObjectives {
+		if err := e.PutObjectiveIn(ctx, o.GVK, o.Name, o.Priority); err != nil {
+			return err
+		}
+	}
 	for _, rw := range opts.ModelRewrites {
 		if err := e.PutModelRewrite(ctx, rw); err != nil {
 			return err
@@ -251,9 +266,29 @@ func (e *Env) ensureNamespace(ctx context.Context) error {
 	return nil
 }
 
+// GroupObjective is an InferenceObjective in one API group.
+type GroupObjective struct {
+	// GVK is InferenceObjectiveGVK or LLMDInferenceObjectiveGVK.
+	GVK      schema.GroupVersionKind
+	Name     string
+	Priority int
+}
+
 // PutObjective creates or replaces the InferenceObjective name with spec.priority = priority and
-// spec.poolRef naming the pool.
+// spec.poolRef naming the pool, in GIE's group and in llm-d.ai when the API server serves it, so
+// an EPP finds it whichever group it reads.
 func (e *Env) PutObjective(ctx context.Context, name string, priority int) error {
+	if err := e.PutObjectiveIn(ctx, InferenceObjectiveGVK, name, priority); err != nil {
+		return err
+	}
+	if err := e.PutObjectiveIn(ctx, LLMDInferenceObjectiveGVK, name, priority); err != nil && !meta.IsNoMatchError(errors.Unwrap(err)) {
+		return err
+	}
+	return nil
+}
+
+// PutObjectiveIn is PutObjective in the group of gvk only.
+func (e *Env) PutObjectiveIn(ctx context.Context, gvk schema.GroupVersionKind, name string, priority int) error {
 	if name == "" {
 		return errors.New("apiserver: InferenceObjective name is empty")
 	}
@@ -264,18 +299,18 @@ func (e *Env) PutObjective(ctx context.Context, name string, priority int) error
 			"poolRef":  map[string]any{"name": e.PoolName, "group": InferencePoolGVK.Group},
 		},
 	}}
-	obj.SetGroupVersionKind(InferenceObjectiveGVK)
+	obj.SetGroupVersionKind(gvk)
 	err := e.Client.Create(ctx, obj)
 	if apierrors.IsAlreadyExists(err) {
 		cur := &unstructured.Unstructured{}
-		cur.SetGroupVersionKind(InferenceObjectiveGVK)
+		cur.SetGroupVersionKind(gvk)
 		if err = e.Client.Get(ctx, client.ObjectKey{Namespace: e.PoolNamespace, Name: name}, cur); err == nil {
 			obj.SetResourceVersion(cur.GetResourceVersion())
 			err = e.Client.Update(ctx, obj)
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("apiserver: put InferenceObjective %s/%s: %w", e.PoolNamespace, name, err)
+		return fmt.Errorf("apiserver: put InferenceObjective %s/%s (%s): %w", e.PoolNamespace, name, gvk.Group, err)
 	}
 	return nil
 }
@@ -289,11 +324,28 @@ type ModelRewrite struct {
 	Alias string
 	// Targets are the weighted target models (at least one).
 	Targets []harness.RewriteTarget
+	// GVK, when set, is the one group to create it in (InferenceModelRewriteGVK or
+	// LLMDInferenceModelRewriteGVK); unset, every group the API server serves.
+	GVK schema.GroupVersionKind
 }
 
 // PutModelRewrite creates or replaces the InferenceModelRewrite rw.Name with spec.poolRef naming
-// the pool and one rule matching rw.Alias exactly, with rw.Targets.
+// the pool and one rule matching rw.Alias exactly, with rw.Targets: in rw.GVK's group, or in
+// GIE's group and in llm-d.ai when the API server serves it.
 func (e *Env) PutModelRewrite(ctx context.Context, rw ModelRewrite) error {
+	if !rw.GVK.Empty() {
+		return e.putModelRewrite(ctx, rw, rw.GVK)
+	}
+	if err := e.putModelRewrite(ctx, rw, InferenceModelRewriteGVK); err != nil {
+		return err
+	}
+	if err := e.putModelRewrite(ctx, rw, LLMDInferenceModelRewriteGVK); err != nil && !meta.IsNoMatchError(errors.Unwrap(err)) {
+		return err
+	}
+	return nil
+}
+
+func (e *Env) putModelRewrite(ctx context.Context, rw ModelRewrite, gvk schema.GroupVersionKind) error {
 	if rw.Name == "" || rw.Alias == "" || len(rw.Targets) == 0 {
 		return fmt.Errorf("apiserver: InferenceModelRewrite %q: name, alias and at least one target are required", rw.Name)
 	}
@@ -311,18 +363,18 @@ func (e *Env) PutModelRewrite(ctx context.Context, rw ModelRewrite) error {
 			}},
 		},
 	}}
-	obj.SetGroupVersionKind(InferenceModelRewriteGVK)
+	obj.SetGroupVersionKind(gvk)
 	err := e.Client.Create(ctx, obj)
 	if apierrors.IsAlreadyExists(err) {
 		cur := &unstructured.Unstructured{}
-		cur.SetGroupVersionKind(InferenceModelRewriteGVK)
+		cur.SetGroupVersionKind(gvk)
 		if err = e.Client.Get(ctx, client.ObjectKey{Namespace: e.PoolNamespace, Name: rw.Name}, cur); err == nil {
 			obj.SetResourceVersion(cur.GetResourceVersion())
 			err = e.Client.Update(ctx, obj)
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("apiserver: put InferenceModelRewrite %s/%s: %w", e.PoolNamespace, rw.Name, err)
+		return fmt.Errorf("apiserver: put InferenceModelRewrite %s/%s (%s): %w", e.PoolNamespace, rw.Name, gvk.Group, err)
 	}
 	return nil
 }

@@ -99,15 +99,17 @@ func (s *Source) AddEndpoint(ctx context.Context, addr string) error {
 
 var _ harness.SidePoolSource = (*Source)(nil)
 
-// StartSidePool implements harness.SidePoolSource: NewPool writes the InferencePool name (in
-// the main pool's namespace, targetPorts = the addresses' ports, one per data-parallel rank) and
-// one Ready Pod per IP into the running kube-apiserver. Its objects stay until Stop.
+// StartSidePool implements harness.SidePoolSource: NewPool writes the InferencePool name (in a
+// namespace of its own, also called name, so that the run's InferenceObjectives can exist for it
+// too: an objective names one pool and objective names are unique in a namespace; targetPorts =
+// the addresses' ports, one per data-parallel rank), the run's InferenceObjectives and one Ready
+// Pod per IP into the running kube-apiserver. Its objects stay until Stop.
 func (s *Source) StartSidePool(ctx context.Context, name string, addrs []string) (harness.Env, error) {
 	env := s.Env()
 	if env == nil {
 		return harness.Env{}, errors.New("apiserver endpoint source: StartSidePool before Start")
 	}
-	side, err := NewPool(ctx, env.ControlPlane, Options{PoolName: name, PoolNamespace: env.PoolNamespace, Endpoints: addrs})
+	side, err := NewPool(ctx, env.ControlPlane, Options{PoolName: name, PoolNamespace: name, Endpoints: addrs, Objectives: s.Options.Objectives})
 	if err != nil {
 		return harness.Env{}, err
 	}

@@ -27,6 +27,9 @@ func TestParseSLO(t *testing.T) {
 		{"negative", map[string]string{HeaderTPOTSLO: "-1"}, SLO{}, HeaderTPOTSLO},
 		{"NaN", map[string]string{HeaderTPOTSLO: "NaN"}, SLO{}, HeaderTPOTSLO},
 		{"overflow", map[string]string{HeaderTTFTSLO: "1e999"}, SLO{}, HeaderTTFTSLO},
+		{"legacy names", map[string]string{"x-slo-ttft-ms": "100", "x-slo-tpot-ms": "10"}, SLO{TTFT: 100, TPOT: 10, HasTTFT: true, HasTPOT: true}, ""},
+		{"current name wins", map[string]string{HeaderTTFTSLO: "50", "x-slo-ttft-ms": "-1"}, SLO{TTFT: 50, HasTTFT: true}, ""},
+		{"legacy name named", map[string]string{"x-slo-tpot-ms": "-3"}, SLO{}, "x-slo-tpot-ms"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -51,9 +51,10 @@ const (
 	// *LatencyPredictionInfo on each candidate (upstream attribute/latency.LatencyPredictionInfoKey).
 	LatencyPredictionInfoKey = "LatencyPredictionInfoKey"
 
-	// HeaderTTFTSLO and HeaderTPOTSLO carry the request's SLOs in milliseconds (float).
-	HeaderTTFTSLO = "x-slo-ttft-ms"
-	HeaderTPOTSLO = "x-slo-tpot-ms"
+	// HeaderTTFTSLO and HeaderTPOTSLO carry the request's SLOs in milliseconds (float); the
+	// GIE v1.5.0 names x-slo-ttft-ms and x-slo-tpot-ms are aliases (framework.RequestHeader).
+	HeaderTTFTSLO = framework.HeaderTTFTSLO
+	HeaderTPOTSLO = framework.HeaderTPOTSLO
 
 	// CharactersPerToken is the estimate of characters per token for the input length
 	// (SPEC §4.1; llm-d's AverageCharactersPerToken).
@@ -94,9 +95,12 @@ type SLO struct {
 // Any reports whether the request carries at least one SLO.
 func (s SLO) Any() bool { return s.HasTTFT || s.HasTPOT }
 
-// ParseSLO reads x-slo-ttft-ms and x-slo-tpot-ms from the request's headers. A missing or
-// blank header means no SLO. A value that is not a finite number ≥ 0 is an error wrapping
-// framework.ErrBadRequest that names the header (SPEC §4.1; upstream treated it as 0).
+// ParseSLO reads x-llm-d-slo-ttft-ms and x-llm-d-slo-tpot-ms (aliases x-slo-ttft-ms and
+// x-slo-tpot-ms; the current name wins when both are sent, llm-d-router v0.10.0
+// pkg/epp/metadata/consts.go) from the request's headers. A missing or blank header means no
+// SLO. A value that is not a finite number ≥ 0 is an error wrapping framework.ErrBadRequest that
+// names the header it came in (SPEC §4.1 [eppkit]; llm-d-router v0.10.0
+// dataproducer/predictedlatency parseFloatHeader treats it as 0).
 func ParseSLO(req *framework.LLMRequest) (SLO, error) {
 	var s SLO
 	if req == nil {
@@ -104,14 +108,14 @@ func ParseSLO(req *framework.LLMRequest) (SLO, error) {
 	}
 	var errs []error
 	parse := func(name string, dst *float64, has *bool) {
-		raw, ok := req.Headers[name]
+		raw, as, ok := framework.RequestHeader(req.Headers, name)
 		if !ok || strings.TrimSpace(raw) == "" {
 			return
 		}
 		v, err := strconv.ParseFloat(strings.TrimSpace(raw), 64)
 		if err != nil || math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
 			errs = append(errs, fmt.Errorf("header %s: %q is not a latency in milliseconds (a finite number >= 0): %w",
-				name, raw, framework.ErrBadRequest))
+				as, raw, framework.ErrBadRequest))
 			return
 		}
 		*dst, *has = v, true

@@ -157,7 +157,9 @@ func hasSLOHeader(req *framework.LLMRequest) bool {
 	if req == nil {
 		return false
 	}
-	return strings.TrimSpace(req.Headers[latency.HeaderTTFTSLO]) != "" || strings.TrimSpace(req.Headers[latency.HeaderTPOTSLO]) != ""
+	ttft, _, _ := framework.RequestHeader(req.Headers, latency.HeaderTTFTSLO)
+	tpot, _, _ := framework.RequestHeader(req.Headers, latency.HeaderTPOTSLO)
+	return strings.TrimSpace(ttft) != "" || strings.TrimSpace(tpot) != ""
 }
 
 // Pick returns the chosen profile in the first round, nothing once it ran or when it is not

@@ -144,8 +144,18 @@ func (i *Interceptor) Close() error {
 
 // Process implements ExternalProcessor/Process: one stream to the EPP per gateway stream.
 func (i *Interceptor) Process(down extprocv3.ExternalProcessor_ProcessServer) error {
-	ctx, cancel := context.WithCancel(down.Context())
-	defer cancel()
+	parent := down.Context()
+	if i.rule.detach {
+		// The EPP's stream outlives the gateway's: it is cancelled only when the EPP ends it.
+		parent = context.WithoutCancel(parent)
+	}
+	ctx, cancel := context.WithCancel(parent)
+	detached := false
+	defer func() {
+		if !detached {
+			cancel()
+		}
+	}()
 	if md, ok := metadata.FromIncomingContext(down.Context()); ok {
 		ctx = metadata.NewOutgoingContext(ctx, md.Copy())
 	}
@@ -164,7 +174,9 @@ func (i *Interceptor) Process(down extprocv3.ExternalProcessor_ProcessServer) er
 				return
 			}
 			if err != nil {
-				cancel()
+				if !i.rule.detach {
+					cancel()
+				}
 				return
 			}
 			if err := st.request(msg); err != nil {
@@ -193,6 +205,18 @@ func (i *Interceptor) Process(down extprocv3.ExternalProcessor_ProcessServer) er
 		out, end := st.response(resp)
 		for _, m := range out {
 			if err := down.Send(m); err != nil {
+				if i.rule.detach {
+					// The gateway is gone; the EPP's stream lives on until the EPP ends it.
+					detached = true
+					go func() {
+						defer cancel()
+						for {
+							if _, err := up.Recv(); err != nil {
+								return
+							}
+						}
+					}()
+				}
 				return err
 			}
 		}
@@ -212,8 +236,9 @@ type stream struct {
 
 	mu sync.Mutex
 	// hadRequestID and objective describe the request whose request_headers came last.
-	hadRequestID bool
-	objective    string
+	hadRequestID  bool
+	objective     string
+	llmdObjective string
 	// sse is true when the current response's content-type is text/event-stream; line is its
 	// incomplete last SSE line.
 	sse  bool
@@ -238,6 +263,12 @@ type stream struct {
 	heldResponse []*extprocv3.ProcessingResponse
 	// latePick is the pick late-pick took off the request_headers response.
 	latePick string
+	// rewriteTarget and incomingModel are the current request's model-name rewrite header and
+	// its body's model; respChunks the response body chunks the gateway sent and the mutant has
+	// not answered yet, respDone set once it answered the last (replayResponseChunks).
+	rewriteTarget, incomingModel string
+	respChunks                   []chunkOf
+	respDone                     bool
 }
 
 // request records what the mutant needs of a gateway message and rewrites it; an error ends the
@@ -250,6 +281,7 @@ func (st *stream) request(msg *extprocv3.ProcessingRequest) error {
 		h := r.RequestHeaders.GetHeaders()
 		st.hadRequestID = headerValue(h, headerRequestID) != ""
 		st.objective = headerValue(h, headerObjective)
+		st.llmdObjective = headerValue(h, headerLLMDObjective)
 		st.held, st.returned = nil, nil
 		st.path, st.body = headerValue(h, headerPath), nil
 		st.hint, st.heldResponse = nil, nil

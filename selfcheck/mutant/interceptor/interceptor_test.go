@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/eppkit/eppkit/fakes/gateway/extprocclient"
 	"github.com/eppkit/eppkit/fakes/gateway/extprocclient/extproctest"
@@ -33,14 +34,19 @@ const (
 // epp is a scripted upstream: it picks pickA, then pickB, alternately (header and metadata
 // agree), echoes the body in 1000-byte chunks with Content-Length and a generated x-request-id
 // when the request has none, sets x-eppkit-profile on the response headers, and refuses with
-// 400 (and x-eppkit-reason) a body "bad", with 503 a request whose subset hint names 10.9.9.9.
+// 400 a body "bad", with 503 a request whose subset hint names 10.9.9.9.
 func epp(t *testing.T) *extproctest.Server {
 	t.Helper()
 	n := 0
 	srv, err := extproctest.Start(extproctest.Script{
 		OnRequest: func(seen *extproctest.Seen) []*extprocv3.ProcessingResponse {
+			switch string(seen.Body) {
+			case "ttl", "full":
+				reason := map[string]string{"ttl": "rejected-ttl-expired", "full": "rejected-saturated"}[string(seen.Body)]
+				return []*extprocv3.ProcessingResponse{extproctest.Immediate(429, map[string]string{"x-llm-d-request-dropped-reason": reason}, []byte("flow control"))}
+			}
 			if string(seen.Body) == "bad" {
-				return []*extprocv3.ProcessingResponse{extproctest.Immediate(400, map[string]string{"x-eppkit-reason": "bad-request"}, []byte("bad body"))}
+				return []*extprocv3.ProcessingResponse{extproctest.Immediate(400, map[string]string{"content-type": "text/plain"}, []byte("bad body"))}
 			}
 			if hint, ok := extproctest.SubsetHint(seen.RequestMetadata); ok && len(hint) > 0 && hint[0] == "10.9.9.9:8000" {
 				return []*extprocv3.ProcessingResponse{extproctest.Immediate(503, nil, []byte("no endpoint"))}
@@ -54,12 +60,17 @@ func epp(t *testing.T) *extproctest.Server {
 			if seen.Headers["x-request-id"] == "" {
 				extra["x-request-id"] = "generated-" + strconv.Itoa(n)
 			}
-			return extproctest.PickResponses(pick, extra, seen.Body, 1000, !seen.HeadersEOS)
+			out := extproctest.PickResponses(pick, extra, seen.Body, 1000, !seen.HeadersEOS)
+			// Every candidate's score, as llm-d-router v0.10.0 with --emit-endpoint-scores.
+			lb := out[0].GetDynamicMetadata().GetFields()["envoy.lb"].GetStructValue()
+			lb.Fields["x-gateway-destination-endpoint-scores"] = structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+				pickA: structpb.NewNumberValue(2), pickB: structpb.NewNumberValue(1)}})
+			return out
 		},
 		OnResponseHeaders: func(*extproctest.Seen) []*extprocv3.ProcessingResponse {
 			return []*extprocv3.ProcessingResponse{{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{
 				Response: &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
-					extproctest.HeaderOption("x-eppkit-profile", "default")}}}}}}}
+					extproctest.HeaderOption("x-eppkit-profile", "default"), extproctest.HeaderOption("x-session-token", "dG9rZW4=")}}}}}}}
 		},
 	})
 	if err != nil {
@@ -309,6 +320,172 @@ func TestEachMutantBreaksItsRule(t *testing.T) {
 				t.Errorf("headers set %v, want the objective echoed", d.Headers)
 			}
 		},
+		mutant.LLMDRewriteHeaderIgnored: func(t *testing.T, st *extprocclient.Stream, up *extproctest.Server) {
+			exchange(t, st, request("a", nil, map[string]string{"x-llm-d-model-name-rewrite": "m2", "x-gateway-model-name-rewrite": "m3"}))
+			if h := up.Seen()[0].Headers; h["x-llm-d-model-name-rewrite"] != "" || h["x-gateway-model-name-rewrite"] != "m3" {
+				t.Errorf("the EPP saw %v, want only the legacy name", h)
+			}
+		},
+		mutant.LLMDObjectiveHeaderIgnored: func(t *testing.T, st *extprocclient.Stream, up *extproctest.Server) {
+			exchange(t, st, request("a", nil, map[string]string{"x-llm-d-inference-objective": "o", "x-llm-d-model-name-rewrite": "m"}))
+			if h := up.Seen()[0].Headers; h["x-llm-d-inference-objective"] != "" || h["x-llm-d-model-name-rewrite"] != "m" {
+				t.Errorf("the EPP saw %v, want no objective and the rewrite", h)
+			}
+		},
+		mutant.LegacyControlHeaderWins: func(t *testing.T, st *extprocclient.Stream, up *extproctest.Server) {
+			exchange(t, st, request("a", nil, map[string]string{"x-llm-d-model-name-rewrite": "new", "x-gateway-model-name-rewrite": "old",
+				"x-llm-d-slo-ttft-ms": "5"}))
+			h := up.Seen()[0].Headers
+			if h["x-llm-d-model-name-rewrite"] != "" || h["x-gateway-model-name-rewrite"] != "old" || h["x-llm-d-slo-ttft-ms"] != "5" {
+				t.Errorf("the EPP saw %v, want the new rewrite name dropped and the lone new SLO kept", h)
+			}
+		},
+		mutant.LLMDInputHeadersEchoed: func(t *testing.T, st *extprocclient.Stream, _ *extproctest.Server) {
+			if d := exchange(t, st, request("a", nil, map[string]string{"x-llm-d-inference-objective": "o"})); d.Headers["x-llm-d-inference-objective"] != "o" {
+				t.Errorf("headers set %v, want the objective echoed", d.Headers)
+			}
+		},
+		mutant.MalformedObjectiveIgnored: func(t *testing.T, st *extprocclient.Stream, up *extproctest.Server) {
+			exchange(t, st, request("a", nil, map[string]string{"x-llm-d-inference-objective": "Bad Name", "x-gateway-inference-objective": "good-name"}))
+			h := up.Seen()[0].Headers
+			if _, ok := h["x-llm-d-inference-objective"]; ok || h["x-gateway-inference-objective"] != "good-name" {
+				t.Errorf("the EPP saw %v, want the malformed objective removed and the valid one kept", h)
+			}
+		},
+		mutant.ModelNameNotRestored: func(t *testing.T, st *extprocclient.Stream, _ *extproctest.Server) {
+			body := `{"model":"base","prompt":"x"}`
+			d := exchange(t, st, request(body, nil, map[string]string{"x-llm-d-model-name-rewrite": "lora"}))
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			defer cancel()
+			rr, err := st.Respond(ctx, extprocclient.Response{Headers: []extprocclient.Header{{Key: ":status", Value: "200"}}, Served: d.Pick(),
+				Chunks: [][]byte{[]byte(`{"model":`), []byte(`"lora"}`)}})
+			if err != nil || string(rr.Body) != `{"model":"lora"}` || rr.BodyChunks != 2 {
+				t.Errorf("response %q in %d chunks (%v), want the model server's body chunk for chunk", rr.Body, rr.BodyChunks, err)
+			}
+		},
+		mutant.ModelNameRestoredPerChunk: func(t *testing.T, st *extprocclient.Stream, _ *extproctest.Server) {
+			body := `{"model":"base","prompt":"x"}`
+			d := exchange(t, st, request(body, nil, map[string]string{"x-gateway-model-name-rewrite": "lora"}))
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			defer cancel()
+			rr, err := st.Respond(ctx, extprocclient.Response{Headers: []extprocclient.Header{{Key: ":status", Value: "200"}}, Served: d.Pick(),
+				Chunks: [][]byte{[]byte("data: {\"model\":\"lora\"}\n\ndata: {\"mod"), []byte("el\":\"lora\"}\n\n")}})
+			want := "data: {\"model\":\"base\"}\n\ndata: {\"model\":\"lora\"}\n\n"
+			if err != nil || string(rr.Body) != want {
+				t.Errorf("response %q (%v), want %q: whole members restored, the split one missed", rr.Body, err, want)
+			}
+		},
+		mutant.EndpointScoresPickedOnly: func(t *testing.T, st *extprocclient.Stream, _ *extproctest.Server) {
+			d := exchange(t, st, request("a", nil, nil))
+			scores := d.DynamicMetadata.GetFields()["envoy.lb"].GetStructValue().GetFields()["x-gateway-destination-endpoint-scores"].GetStructValue().GetFields()
+			if len(scores) != 1 || scores[d.Pick()] == nil {
+				t.Errorf("scores %v, want only the pick %s", scores, d.Pick())
+			}
+		},
+		mutant.SessionTokenIgnored: func(t *testing.T, st *extprocclient.Stream, up *extproctest.Server) {
+			exchange(t, st, request("a", nil, map[string]string{"x-session-token": "dG9rZW4="}))
+			if h := up.Seen()[0].Headers; h["x-session-token"] != "" {
+				t.Errorf("the EPP saw %v", h)
+			}
+		},
+		mutant.SessionTokenNotReturned: func(t *testing.T, st *extprocclient.Stream, _ *extproctest.Server) {
+			d := exchange(t, st, request("a", nil, nil))
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			defer cancel()
+			rr, err := st.Respond(ctx, extprocclient.Response{Headers: []extprocclient.Header{{Key: ":status", Value: "200"}}, Served: d.Pick()})
+			if err != nil || rr.Headers["x-session-token"] != "" || rr.Headers["x-eppkit-profile"] != "default" {
+				t.Errorf("response headers %v, %v; want no x-session-token, the rest kept", rr.Headers, err)
+			}
+		},
+		mutant.MalformedSessionTokenIgnored: func(t *testing.T, st *extprocclient.Stream, up *extproctest.Server) {
+			exchange(t, st, request("a", nil, map[string]string{"x-session-token": "%%%"}))
+			exchange(t, st, request("b", nil, map[string]string{"x-session-token": "dG9rZW4="}))
+			seen := up.Seen()
+			if _, ok := seen[0].Headers["x-session-token"]; ok || seen[1].Headers["x-session-token"] != "dG9rZW4=" {
+				t.Errorf("the EPP saw %v then %v; want the malformed token removed, the valid one kept", seen[0].Headers, seen[1].Headers)
+			}
+		},
+		mutant.FCPriorityIgnored: func(t *testing.T, st *extprocclient.Stream, up *extproctest.Server) {
+			exchange(t, st, request("a", nil, map[string]string{"x-llm-d-inference-objective": "o", "x-gateway-inference-objective": "p", "x-keep": "1"}))
+			if h := up.Seen()[0].Headers; h["x-llm-d-inference-objective"] != "" || h["x-gateway-inference-objective"] != "" || h["x-keep"] != "1" {
+				t.Errorf("the EPP saw %v, want no objective", h)
+			}
+		},
+		mutant.FCTTLNeverExpires: func(t *testing.T, st *extprocclient.Stream, _ *extproctest.Server) {
+			st.SetMessageTimeout(300 * time.Millisecond)
+			if err := st.SendRequest(request("ttl", nil, nil)); err != nil {
+				t.Fatal(err)
+			}
+			if d, err := st.ReadDecision(t.Context(), false); !errors.Is(err, extprocclient.ErrMessageTimeout) {
+				t.Errorf("the TTL refusal reached the gateway: %+v, %v", d, err)
+			}
+		},
+		mutant.FCFullBandWaits: func(t *testing.T, st *extprocclient.Stream, _ *extproctest.Server) {
+			st.SetMessageTimeout(10 * time.Second)
+			began := time.Now()
+			d := exchange(t, st, request("full", nil, nil))
+			if d.Immediate == nil || d.Immediate.Headers["x-llm-d-request-dropped-reason"] != "rejected-saturated" || time.Since(began) < fcFullBandDelay {
+				t.Errorf("refusal %+v after %v, want it after %v", d.Immediate, time.Since(began), fcFullBandDelay)
+			}
+		},
+		mutant.FCDroppedReasonMissing: func(t *testing.T, st *extprocclient.Stream, _ *extproctest.Server) {
+			d := exchange(t, st, request("ttl", nil, nil))
+			if d.Immediate == nil || d.Immediate.Status != 429 || d.Immediate.Headers["x-llm-d-request-dropped-reason"] != "" {
+				t.Errorf("refusal %+v, want 429 without a dropped reason", d.Immediate)
+			}
+		},
+		mutant.FCCancelNotPropagated: func(t *testing.T, _ *extprocclient.Stream, _ *extproctest.Server) {
+			// The mutant and the transparent proxy in front of an EPP that records when its stream ends.
+			for _, tc := range []struct {
+				m        mutant.Name
+				detached bool
+			}{{"", false}, {mutant.FCCancelNotPropagated, true}} {
+				ended := make(chan struct{})
+				srv := grpc.NewServer()
+				extprocv3.RegisterExternalProcessorServer(srv, &waitingEPP{ended: ended})
+				lis, err := net.Listen("tcp", "127.0.0.1:0")
+				if err != nil {
+					t.Fatal(err)
+				}
+				go func() { _ = srv.Serve(lis) }()
+				i := start(t, lis.Addr().String(), tc.m)
+				st := open(t, i.Addr())
+				if err := st.SendRequestHeaders([]extprocclient.Header{{Key: ":path", Value: "/v1/completions"}}, false, extprocclient.Metadata{}); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(100 * time.Millisecond)
+				st.Close()
+				select {
+				case <-ended:
+					if tc.detached {
+						t.Errorf("%s: the EPP's stream ended with the gateway's", tc.m)
+					}
+				case <-time.After(500 * time.Millisecond):
+					if !tc.detached {
+						t.Errorf("transparent: the EPP's stream outlived the gateway's")
+					}
+				}
+				srv.Stop()
+			}
+		},
+		mutant.ConversationsRefused: func(t *testing.T, st *extprocclient.Stream, _ *extproctest.Server) {
+			mustRoute(t, st, requestTo("/v1/completions", `{"model":"m","prompt":"one"}`))
+			mustRefuse400(t, st, requestTo("/v1/conversations", `{"model":"m","items":[{"type":"message"}]}`))
+		},
+		mutant.RenderRefused: func(t *testing.T, st *extprocclient.Stream, _ *extproctest.Server) {
+			mustRoute(t, st, requestTo("/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"x"}]}`))
+			mustRefuse400(t, st, requestTo("/v1/chat/completions/render", `{"model":"m","messages":[{"role":"user","content":"x"}]}`))
+		},
+		mutant.ImagesRefused: func(t *testing.T, st *extprocclient.Stream, _ *extproctest.Server) {
+			mustRefuse400(t, st, requestTo("/v1/images/generations", `{"model":"m","prompt":"x"}`))
+		},
+		mutant.CountTokensModelRequired: func(t *testing.T, st *extprocclient.Stream, _ *extproctest.Server) {
+			mustRoute(t, st, requestTo("/v1/messages/count_tokens", `{"model":"m","messages":[]}`))
+			mustRefuse400(t, st, requestTo("/v1/messages/count_tokens", `{"messages":[]}`))
+		},
+		mutant.GenerateRefused: func(t *testing.T, st *extprocclient.Stream, _ *extproctest.Server) {
+			mustRefuse400(t, st, requestTo("/inference/v1/generate", `{"model":"m","token_ids":[1]}`))
+		},
 		mutant.PromptListRefused: func(t *testing.T, st *extprocclient.Stream, _ *extproctest.Server) {
 			mustRoute(t, st, requestTo("/v1/completions", `{"model":"m","prompt":"one"}`))
 			mustRoute(t, st, requestTo("/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":["x"]}]}`))
@@ -335,10 +512,15 @@ func TestEachMutantBreaksItsRule(t *testing.T) {
 				}
 			}
 		},
-		mutant.RefusalReasonMissing: func(t *testing.T, st *extprocclient.Stream, _ *extproctest.Server) {
+		mutant.DroppedReasonEverywhere: func(t *testing.T, st *extprocclient.Stream, _ *extproctest.Server) {
 			d := exchange(t, st, request("bad", nil, nil))
-			if d.Immediate == nil || d.Immediate.Status != 400 || string(d.Immediate.Body) != "bad body" || d.Immediate.Headers["x-eppkit-reason"] != "" {
-				t.Errorf("refusal %+v, want 400 with its body and no x-eppkit-reason", d.Immediate)
+			if d.Immediate == nil || d.Immediate.Status != 400 || string(d.Immediate.Body) != "bad body" ||
+				d.Immediate.Headers["x-llm-d-request-dropped-reason"] != "rejected-shutting-down" || d.Immediate.Headers["content-type"] != "text/plain" {
+				t.Errorf("refusal %+v, want 400 with its body, its headers and a dropped reason", d.Immediate)
+			}
+			d = exchange(t, st, request("x", []string{"10.9.9.9:8000"}, nil))
+			if d.Immediate == nil || d.Immediate.Headers["x-llm-d-request-dropped-reason"] != "rejected-no-endpoints" {
+				t.Errorf("refusal %+v, want 503 rejected-no-endpoints", d.Immediate)
 			}
 		},
 		mutant.MetadataWithoutPort: func(t *testing.T, st *extprocclient.Stream, _ *extproctest.Server) {
@@ -402,6 +584,18 @@ func TestEachMutantBreaksItsRule(t *testing.T) {
 			check(t, open(t, start(t, up.Addr(), m).Addr()), up)
 		})
 	}
+}
+
+// waitingEPP answers nothing; it closes ended when its stream's context ends.
+type waitingEPP struct {
+	extprocv3.UnimplementedExternalProcessorServer
+	ended chan struct{}
+}
+
+func (w *waitingEPP) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
+	<-srv.Context().Done()
+	close(w.ended)
+	return nil
 }
 
 func TestStartErrors(t *testing.T) {

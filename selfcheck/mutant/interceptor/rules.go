@@ -2,8 +2,10 @@ package interceptor
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"net"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -27,12 +29,25 @@ const (
 	headerModelRewite = "x-gateway-model-name-rewrite"
 	headerTTFTSLO     = "x-slo-ttft-ms"
 	headerTPOTSLO     = "x-slo-tpot-ms"
-	headerContentLen  = "content-length"
+	// llm-d-router v0.10.0's names of the control headers (pkg/epp/metadata/consts.go); the
+	// four above are their GIE v1.5.0 aliases.
+	headerLLMDObjective  = "x-llm-d-inference-objective"
+	headerLLMDRewrite    = "x-llm-d-model-name-rewrite"
+	headerLLMDFairnessID = "x-llm-d-inference-fairness-id"
+	headerLLMDTTFTSLO    = "x-llm-d-slo-ttft-ms"
+	headerLLMDTPOTSLO    = "x-llm-d-slo-tpot-ms"
+	headerContentLen     = "content-length"
 	// headerProfile is the reference EPP's response header naming the primary profile [eppkit].
 	headerProfile = "x-eppkit-profile"
-	// headerReason is the reference EPP's ImmediateResponse header naming the refusal's cause
-	// (SPEC §9.3) [eppkit].
-	headerReason = "x-eppkit-reason"
+	// headerSessionToken carries the session token both ways (llm-d-router v0.10.0
+	// util/sessionaffinity DefaultHeader).
+	headerSessionToken = "x-session-token"
+	// headerScores is the key of every candidate's score in the pick's dynamic metadata
+	// namespace envoy.lb (llm-d-router v0.10.0 DestinationEndpointScoresKey).
+	headerScores = "x-gateway-destination-endpoint-scores"
+	// headerDroppedReason names why flow control refused a request (llm-d-router v0.10.0
+	// pkg/common/error/error.go RequestDroppedReasonHeaderKey).
+	headerDroppedReason = "x-llm-d-request-dropped-reason"
 	// headerPath is the request path pseudo-header Envoy sends in request_headers.
 	headerPath = ":path"
 	// sseDone is the marker that ends an OpenAI SSE stream.
@@ -47,6 +62,9 @@ const (
 type rule struct {
 	request  func(st *stream, msg *extprocv3.ProcessingRequest) error
 	response func(st *stream, resp *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, *ending)
+	// detach keeps the EPP's stream open after the gateway's ended (the client's going away
+	// never reaches the EPP); it ends when the EPP ends it.
+	detach bool
 }
 
 // pass forwards resp unchanged.
@@ -169,7 +187,53 @@ var rules = map[mutant.Name]rule{
 
 	// The SLO headers never reach the EPP.
 	mutant.SLOIgnored: {request: func(_ *stream, msg *extprocv3.ProcessingRequest) error {
-		removeHeaders(msg.GetRequestHeaders().GetHeaders(), headerTTFTSLO, headerTPOTSLO)
+		removeHeaders(msg.GetRequestHeaders().GetHeaders(), headerTTFTSLO, headerTPOTSLO, headerLLMDTTFTSLO, headerLLMDTPOTSLO)
+		return nil
+	}},
+
+	// x-llm-d-model-name-rewrite never reaches the EPP (an EPP that knows only the GIE v1.5.0 name).
+	mutant.LLMDRewriteHeaderIgnored: {request: func(_ *stream, msg *extprocv3.ProcessingRequest) error {
+		removeHeaders(msg.GetRequestHeaders().GetHeaders(), headerLLMDRewrite)
+		return nil
+	}},
+
+	// x-llm-d-inference-objective never reaches the EPP (an EPP that knows only the GIE v1.5.0 name).
+	mutant.LLMDObjectiveHeaderIgnored: {request: func(_ *stream, msg *extprocv3.ProcessingRequest) error {
+		removeHeaders(msg.GetRequestHeaders().GetHeaders(), headerLLMDObjective)
+		return nil
+	}},
+
+	// When a request carries a control header under both names, the x-llm-d-* one is dropped, so
+	// the GIE v1.5.0 name wins.
+	mutant.LegacyControlHeaderWins: {request: func(_ *stream, msg *extprocv3.ProcessingRequest) error {
+		h := msg.GetRequestHeaders().GetHeaders()
+		for _, pair := range [][2]string{{headerLLMDObjective, headerObjective}, {headerLLMDRewrite, headerModelRewite},
+			{headerLLMDFairnessID, "x-gateway-inference-fairness-id"}, {headerLLMDTTFTSLO, headerTTFTSLO}, {headerLLMDTPOTSLO, headerTPOTSLO}} {
+			if hasHeader(h, pair[0]) && hasHeader(h, pair[1]) {
+				removeHeaders(h, pair[0])
+			}
+		}
+		return nil
+	}},
+
+	// The request-headers response sets the gateway's x-llm-d-inference-objective back.
+	mutant.LLMDInputHeadersEchoed: {response: func(st *stream, resp *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, *ending) {
+		if resp.GetRequestHeaders() != nil && st.llmdObjective != "" {
+			addSetHeader(resp, headerLLMDObjective, st.llmdObjective)
+		}
+		return pass(resp)
+	}},
+
+	// An objective header whose value cannot name an object never reaches the EPP, so the EPP
+	// routes the request with the default objective (llm-d-router v0.10.0's behaviour) instead
+	// of refusing it with 400.
+	mutant.MalformedObjectiveIgnored: {request: func(_ *stream, msg *extprocv3.ProcessingRequest) error {
+		h := msg.GetRequestHeaders().GetHeaders()
+		for _, k := range []string{headerLLMDObjective, headerObjective} {
+			if v := strings.TrimSpace(headerValue(h, k)); hasHeader(h, k) && v != "" && !dns1123Subdomain.MatchString(v) {
+				removeHeaders(h, k)
+			}
+		}
 		return nil
 	}},
 
@@ -246,6 +310,43 @@ var rules = map[mutant.Name]rule{
 	// /v1/responses is not recognised: the body falls through to the completions parser.
 	mutant.ResponsesRefused: refuseWhen(func(path string, _ []byte) string {
 		if pathIs(path, "/responses") {
+			return "field prompt is required for completions"
+		}
+		return ""
+	}),
+
+	// llm-d-router v0.10.0's other default paths (issue 31 item 8), each refused with 400 as by an
+	// EPP that does not know it.
+	mutant.ConversationsRefused: refuseWhen(func(path string, _ []byte) string {
+		if pathIs(path, "/conversations") {
+			return "field prompt is required for completions"
+		}
+		return ""
+	}),
+	mutant.RenderRefused: refuseWhen(func(path string, _ []byte) string {
+		if pathIs(path, "/completions/render") {
+			return "unsupported API endpoint"
+		}
+		return ""
+	}),
+	mutant.ImagesRefused: refuseWhen(func(path string, _ []byte) string {
+		if pathIs(path, "/images/generations") {
+			return "field prompt is required for completions"
+		}
+		return ""
+	}),
+	// count_tokens without a model is refused, as by an EPP that requires a model on every path.
+	mutant.CountTokensModelRequired: refuseWhen(func(path string, body []byte) string {
+		var b struct {
+			Model *string `json:"model"`
+		}
+		if pathIs(path, "/messages/count_tokens") && json.Unmarshal(body, &b) == nil && b.Model == nil {
+			return `field "model" is required`
+		}
+		return ""
+	}),
+	mutant.GenerateRefused: refuseWhen(func(path string, _ []byte) string {
+		if pathIs(path, "/inference/v1/generate") {
 			return "field prompt is required for completions"
 		}
 		return ""
@@ -348,10 +449,125 @@ var rules = map[mutant.Name]rule{
 			ImmediateResponse: &extprocv3.ImmediateResponse{Status: &typev3.HttpStatus{Code: typev3.StatusCode_ServiceUnavailable}, Body: body}}}}, &ending{}
 	}},
 
-	// ImmediateResponses lose x-eppkit-reason; the status and JSON body stay.
-	mutant.RefusalReasonMissing: {response: func(_ *stream, resp *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, *ending) {
+	// The response body reaches the gateway as the model server sent it: the model name is never
+	// restored to the client's.
+	mutant.ModelNameNotRestored: replayResponseChunks(func(_ *stream, chunk []byte) []byte { return chunk }),
+
+	// The model name is restored chunk by chunk with llm-d-router v0.10.0's byte replacement
+	// (pkg/epp/handlers/server.go rewriteModelName), so a member split across chunks is missed.
+	mutant.ModelNameRestoredPerChunk: replayResponseChunks(func(st *stream, chunk []byte) []byte {
+		if st.rewriteTarget == "" || st.incomingModel == "" || st.rewriteTarget == st.incomingModel {
+			return chunk
+		}
+		out := bytes.ReplaceAll(chunk, []byte(`"model":"`+st.rewriteTarget+`"`), []byte(`"model":"`+st.incomingModel+`"`))
+		if bytes.Equal(out, chunk) {
+			out = bytes.ReplaceAll(chunk, []byte(`"model": "`+st.rewriteTarget+`"`), []byte(`"model": "`+st.incomingModel+`"`))
+		}
+		return out
+	}),
+
+	// The session token never reaches the EPP: every request looks like a new session.
+	mutant.SessionTokenIgnored: {request: func(_ *stream, msg *extprocv3.ProcessingRequest) error {
+		removeHeaders(msg.GetRequestHeaders().GetHeaders(), headerSessionToken)
+		return nil
+	}},
+
+	// The response headers lose the session token: the client cannot keep its session.
+	mutant.SessionTokenNotReturned: {response: func(_ *stream, resp *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, *ending) {
+		if hm := resp.GetResponseHeaders().GetResponse().GetHeaderMutation(); hm != nil {
+			hm.SetHeaders = dropOptions(hm.SetHeaders, headerSessionToken)
+		}
+		return pass(resp)
+	}},
+
+	// An empty or undecodable session token never reaches the EPP, which then routes the request
+	// as a new session (llm-d-router v0.10.0's behaviour) instead of refusing it with 400.
+	mutant.MalformedSessionTokenIgnored: {request: func(_ *stream, msg *extprocv3.ProcessingRequest) error {
+		h := msg.GetRequestHeaders().GetHeaders()
+		if !hasHeader(h, headerSessionToken) {
+			return nil
+		}
+		tok := strings.TrimSpace(headerValue(h, headerSessionToken))
+		if _, err := base64.StdEncoding.DecodeString(tok); tok == "" || err != nil {
+			removeHeaders(h, headerSessionToken)
+		}
+		return nil
+	}},
+
+	// Flow control (issue 31 item 6). Every request reaches the EPP without an objective, so
+	// every request is in band 0: priority is ignored.
+	mutant.FCPriorityIgnored: {request: func(_ *stream, msg *extprocv3.ProcessingRequest) error {
+		removeHeaders(msg.GetRequestHeaders().GetHeaders(), headerObjective, headerLLMDObjective)
+		return nil
+	}},
+
+	// A refusal for an expired TTL never reaches the gateway: the request waits on forever.
+	mutant.FCTTLNeverExpires: {response: func(_ *stream, resp *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, *ending) {
+		if droppedReason(resp) == "rejected-ttl-expired" {
+			return nil, nil
+		}
+		return pass(resp)
+	}},
+
+	// A refusal for a full band reaches the gateway only after fcFullBandDelay, as from an EPP
+	// that queues the request anyway.
+	mutant.FCFullBandWaits: {response: func(_ *stream, resp *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, *ending) {
+		if droppedReason(resp) == "rejected-saturated" {
+			time.Sleep(fcFullBandDelay)
+		}
+		return pass(resp)
+	}},
+
+	// The client's going away never reaches the EPP: its queued request stays queued.
+	mutant.FCCancelNotPropagated: {detach: true},
+
+	// Refusals lose x-llm-d-request-dropped-reason (status and body stay).
+	mutant.FCDroppedReasonMissing: {response: func(_ *stream, resp *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, *ending) {
 		if hm := resp.GetImmediateResponse().GetHeaders(); hm != nil {
-			hm.SetHeaders = dropOptions(hm.SetHeaders, headerReason)
+			hm.SetHeaders = dropOptions(hm.SetHeaders, headerDroppedReason)
+		}
+		return pass(resp)
+	}},
+
+	// The endpoint scores name only the picked endpoints, as an EPP that publishes the
+	// destinations' scores and not every candidate's.
+	mutant.EndpointScoresPickedOnly: {response: func(_ *stream, resp *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, *ending) {
+		ns := resp.GetDynamicMetadata().GetFields()[extprocclient.DestinationNamespace].GetStructValue()
+		scores := ns.GetFields()[headerScores].GetStructValue()
+		if scores == nil {
+			return pass(resp)
+		}
+		picked := map[string]bool{}
+		for _, a := range strings.Split(ns.GetFields()[extprocclient.DestinationKey].GetStringValue(), ",") {
+			picked[strings.TrimSpace(a)] = true
+		}
+		for k := range scores.Fields {
+			if !picked[k] {
+				delete(scores.Fields, k)
+			}
+		}
+		return pass(resp)
+	}},
+
+	// Every ImmediateResponse without a dropped reason gets one, as an EPP that marks every refusal.
+	mutant.DroppedReasonEverywhere: {response: func(_ *stream, resp *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, *ending) {
+		ir := resp.GetImmediateResponse()
+		if ir == nil {
+			return pass(resp)
+		}
+		if ir.Headers == nil {
+			ir.Headers = &extprocv3.HeaderMutation{}
+		}
+		if setHeaderValue(ir.Headers, headerDroppedReason) == "" {
+			reason := "rejected-shutting-down"
+			switch ir.GetStatus().GetCode() {
+			case typev3.StatusCode_TooManyRequests:
+				reason = "rejected-saturated"
+			case typev3.StatusCode_ServiceUnavailable:
+				reason = "rejected-no-endpoints"
+			}
+			ir.Headers.SetHeaders = append(ir.Headers.SetHeaders, &corev3.HeaderValueOption{
+				Header: &corev3.HeaderValue{Key: headerDroppedReason, RawValue: []byte(reason)}})
 		}
 		return pass(resp)
 	}},
@@ -363,6 +579,68 @@ var rules = map[mutant.Name]rule{
 		}
 		return pass(resp)
 	}},
+}
+
+// fcFullBandDelay is how long fc-full-band-waits holds a capacity refusal (longer than the
+// FlowControl test's TTL).
+const fcFullBandDelay = 4 * time.Second
+
+// droppedReason returns the x-llm-d-request-dropped-reason of an ImmediateResponse, "" otherwise.
+func droppedReason(resp *extprocv3.ProcessingResponse) string {
+	return setHeaderValue(resp.GetImmediateResponse().GetHeaders(), headerDroppedReason)
+}
+
+// replayResponseChunks is a mutant that answers the response body itself: each chunk the gateway
+// sent, as fn makes it, one streamed response per chunk, in place of the EPP's body responses
+// (released whenever the EPP answers a body chunk, all of them by the EPP's end of stream). It
+// models an EPP that handles the response body chunk by chunk; the EPP's headers responses pass.
+func replayResponseChunks(fn func(st *stream, chunk []byte) []byte) rule {
+	return rule{
+		request: func(st *stream, msg *extprocv3.ProcessingRequest) error {
+			switch {
+			case msg.GetRequestHeaders() != nil:
+				h := msg.GetRequestHeaders().GetHeaders()
+				st.rewriteTarget = headerValue(h, headerLLMDRewrite)
+				if !hasHeader(h, headerLLMDRewrite) {
+					st.rewriteTarget = headerValue(h, headerModelRewite)
+				}
+				st.respChunks, st.respDone = nil, false
+			case msg.GetRequestBody().GetEndOfStream():
+				var b struct {
+					Model string `json:"model"`
+				}
+				_ = json.Unmarshal(st.body, &b)
+				st.incomingModel = b.Model
+			case msg.GetResponseBody() != nil:
+				st.respChunks = append(st.respChunks, chunkOf{data: append([]byte(nil), msg.GetResponseBody().GetBody()...), eos: msg.GetResponseBody().GetEndOfStream()})
+			}
+			return nil
+		},
+		response: func(st *stream, resp *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, *ending) {
+			rb := resp.GetResponseBody()
+			if rb == nil {
+				return pass(resp)
+			}
+			var out []*extprocv3.ProcessingResponse
+			for _, c := range st.respChunks {
+				if st.respDone {
+					break
+				}
+				out = append(out, &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{
+					Response: &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_StreamedResponse{
+						StreamedResponse: &extprocv3.StreamedBodyResponse{Body: fn(st, c.data), EndOfStream: c.eos}}}}}}})
+				st.respDone = c.eos
+			}
+			st.respChunks = nil
+			return out, nil
+		},
+	}
+}
+
+// chunkOf is one response body chunk the gateway sent.
+type chunkOf struct {
+	data []byte
+	eos  bool
 }
 
 // refuseWhen is a mutant that answers a request with ImmediateResponse 400 itself when refuse,
@@ -548,6 +826,19 @@ func setHeaderValue(hm *extprocv3.HeaderMutation, key string) string {
 	}
 	return ""
 }
+
+// hasHeader reports whether hm carries key (case-insensitive), whatever its value.
+func hasHeader(hm *corev3.HeaderMap, key string) bool {
+	for _, h := range hm.GetHeaders() {
+		if strings.EqualFold(h.GetKey(), key) {
+			return true
+		}
+	}
+	return false
+}
+
+// dns1123Subdomain is a Kubernetes object name (RFC 1123 subdomain, at most 253 characters).
+var dns1123Subdomain = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
 
 // removeHeaders deletes the named headers from hm (case-insensitive).
 func removeHeaders(hm *corev3.HeaderMap, keys ...string) {

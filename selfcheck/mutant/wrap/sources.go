@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	toolscache "k8s.io/client-go/tools/cache"
 	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -70,6 +71,11 @@ var endpointMutants = map[mutant.Name]func(obj any, deleted bool) (any, bool){
 		pool.Spec.TargetPorts = pool.Spec.TargetPorts[:1]
 		return pool, true
 	},
+
+	// The llm-d.ai group reads as not served (informers.hideLLMD), so the source reads the legacy
+	// group's InferenceObjectives and InferenceModelRewrites, as an EPP that knows only GIE v1.5.0's
+	// group; events themselves pass unchanged.
+	mutant.LLMDGroupIgnored: func(obj any, _ bool) (any, bool) { return obj, true },
 }
 
 // inEveryPool is the pool-selector-ignored mutant: every Pod of the namespace reads as labelled
@@ -124,7 +130,7 @@ func PoolSource(cfg discovery.PoolConfig, m mutant.Name) (*discovery.InferencePo
 	}
 	var inf ctrlcache.Informers = c
 	if rewrite, ok := endpointMutants[m]; ok {
-		inf = informers{Informers: c, rewrite: rewrite}
+		inf = informers{Informers: c, rewrite: rewrite, hideLLMD: m == mutant.LLMDGroupIgnored}
 	}
 	if m == mutant.PoolSelectorIgnored {
 		inf = informers{Informers: c, rewrite: inEveryPool(cfg.Name)}
@@ -133,13 +139,17 @@ func PoolSource(cfg discovery.PoolConfig, m mutant.Name) (*discovery.InferencePo
 }
 
 // informers decorates every informer it hands out so that its event handlers see rewritten
-// events.
+// events; with hideLLMD, the llm-d.ai API group reads as not served.
 type informers struct {
 	ctrlcache.Informers
-	rewrite func(obj any, deleted bool) (any, bool)
+	rewrite  func(obj any, deleted bool) (any, bool)
+	hideLLMD bool
 }
 
 func (i informers) GetInformer(ctx context.Context, obj client.Object, opts ...ctrlcache.InformerGetOption) (ctrlcache.Informer, error) {
+	if gvk := obj.GetObjectKind().GroupVersionKind(); i.hideLLMD && gvk.Group == discovery.GroupLLMD {
+		return nil, &meta.NoKindMatchError{GroupKind: gvk.GroupKind(), SearchedVersions: []string{gvk.Version}}
+	}
 	inf, err := i.Informers.GetInformer(ctx, obj, opts...)
 	if err != nil {
 		return nil, err

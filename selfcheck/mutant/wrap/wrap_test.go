@@ -11,7 +11,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/cache/informertest"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllertest"
@@ -559,5 +562,23 @@ func metricsReader(t *testing.T, cfg vllm.Config) func(m mutant.Name) (*framewor
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
+	}
+}
+
+// TestLLMDGroupIgnoredHidesTheGroup: llmd-group-ignored's informers say llm-d.ai is not served
+// and hand out every other informer.
+func TestLLMDGroupIgnoredHidesTheGroup(t *testing.T) {
+	sc, err := discovery.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	inf := informers{Informers: &informertest.FakeInformers{Scheme: sc}, rewrite: endpointMutants[mutant.LLMDGroupIgnored], hideLLMD: true}
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(schema.GroupVersionKind{Group: discovery.GroupLLMD, Version: "v1alpha2", Kind: "InferenceObjective"})
+	if _, err := inf.GetInformer(t.Context(), u); !meta.IsNoMatchError(err) {
+		t.Errorf("llm-d.ai informer: %v, want a no-match error", err)
+	}
+	if _, err := inf.GetInformer(t.Context(), &corev1.Pod{}); err != nil {
+		t.Errorf("Pod informer: %v", err)
 	}
 }
