@@ -275,7 +275,10 @@ var _ = ginkgo.Describe("Disruptions", ginkgo.Label(suiteLabel, "disruption"), f
 			stop := make(chan struct{})
 			var counts []*loadCount
 			loadDone := make(chan struct{})
-			go func() { counts = runLoad(ctx, []string{"FailOpen", "FailClose"}, []gatewayClient{e.failOpen, e.failClose}, stop); close(loadDone) }()
+			go func() {
+				counts = runLoad(ctx, []string{"FailOpen", "FailClose"}, []gatewayClient{e.failOpen, e.failClose}, stop)
+				close(loadDone)
+			}()
 			time.Sleep(3 * time.Second)
 			ginkgo.By("deleting the leading EPP pod " + old.Name)
 			deleted := time.Now()
@@ -339,7 +342,10 @@ var _ = ginkgo.Describe("Disruptions", ginkgo.Label(suiteLabel, "disruption"), f
 			stop := make(chan struct{})
 			var counts []*loadCount
 			loadDone := make(chan struct{})
-			go func() { counts = runLoad(ctx, []string{"FailOpen", "FailClose"}, []gatewayClient{e.failOpen, e.failClose}, stop); close(loadDone) }()
+			go func() {
+				counts = runLoad(ctx, []string{"FailOpen", "FailClose"}, []gatewayClient{e.failOpen, e.failClose}, stop)
+				close(loadDone)
+			}()
 			time.Sleep(3 * time.Second)
 			ginkgo.By("restarting the EPP Deployment (a new pod template)")
 			started := time.Now()
