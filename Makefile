@@ -450,6 +450,7 @@ lint:
 	$(GO) tool staticcheck -tags eppkit_mutants $(MUTANT_PKGS)
 	@$(GO) mod tidy -diff || { echo "lint: go.mod/go.sum are not tidy: run go mod tidy"; exit 1; }
 	@cd examples/gotest && $(GO) mod tidy -diff || { echo "lint: examples/gotest's go.mod/go.sum are not tidy: run go mod tidy there"; exit 1; }
+	@cd tools/gie-v1.5.0/score-parity && GOWORK=off $(GO) mod tidy -diff || { echo "lint: tools/gie-v1.5.0/score-parity requires the main module: a change of its go.mod needs go mod tidy there too"; exit 1; }
 
 ## bench: Go benchmarks of the hot paths
 bench:
