@@ -252,12 +252,14 @@ interop-lwepp-v1.6.2: interop-tools
 	$(call interop_run,lwepp-v1.6.2,$(LWEPP_162),--project lwepp --version v1.6.2 --profiles all \
 		--supported-features $(INTEROP_FEATURES))
 
-# (6) llm-d-router v0.10.0 (llm-d's EPP since GIE v1.6.0) with its default config. SKIPPED, exit 0,
-# when the source snapshot is missing.
+# (6) llm-d-router v0.10.0 (llm-d's EPP since GIE v1.6.0) with its default config, and its own
+# leader election (--ha-enable-leader-election, pkg/epp/server/options.go) for the high-availability
+# tests. SKIPPED, exit 0, when the source snapshot is missing.
 interop-llmd-router-v0.10.0: interop-tools
 	$(LLMD_ROUTER_BUILD); \
 	$(call interop_run,llmd-router-v0.10.0,$(LLMD_ROUTER_EPP),$(LLMD_ROUTER_VERSION) --profiles all \
-		--supported-features $(INTEROP_FEATURES) --skip-tests $(LLMD_ROUTER_SKIP),$(LLMD_ROUTER_IMPL))
+		--supported-features $(INTEROP_FEATURES),HighAvailability --skip-tests $(LLMD_ROUTER_SKIP) \
+		--leader-election-args --ha-enable-leader-election,$(LLMD_ROUTER_IMPL))
 
 # (6t) The same with TLS on: its default --secure-serving=true, a self-signed certificate
 # (pkg/epp/server/runserver.go; --target-tls insecure); its gRPC health port stays plaintext.
