@@ -149,6 +149,9 @@ LLMD_ROUTER_VERSION := --project llm-d-router --version v0.10.0
 # DuplicateRequestIDIsolated's result against it is a race (failed 2 of 4 runs): skipped, not
 # expected (DuplicateRequestIDBodiesIsolated, the same rule without prefix affinity, runs).
 LLMD_ROUTER_SKIP := DuplicateRequestIDIsolated
+# The default run also claims HighAvailability, with its own leader election (a variable: a literal
+# comma would split the $(call) arguments).
+LLMD_ROUTER_HA_FEATURES = $(INTEROP_FEATURES),HighAvailability
 
 # llm-d-router in file-discovery mode (no Kubernetes; cmd/epp/runner/runner.go, runWithFileDiscovery,
 # taken when the config names a discovery plugin): LLMD_ROUTER_STATIC_SH, run by the target's shell
@@ -258,8 +261,8 @@ interop-lwepp-v1.6.2: interop-tools
 interop-llmd-router-v0.10.0: interop-tools
 	$(LLMD_ROUTER_BUILD); \
 	$(call interop_run,llmd-router-v0.10.0,$(LLMD_ROUTER_EPP),$(LLMD_ROUTER_VERSION) --profiles all \
-		--supported-features $(INTEROP_FEATURES),HighAvailability --skip-tests $(LLMD_ROUTER_SKIP) \
-		--leader-election-args --ha-enable-leader-election,$(LLMD_ROUTER_IMPL))
+		--supported-features $(LLMD_ROUTER_HA_FEATURES) --skip-tests $(LLMD_ROUTER_SKIP) \
+		--leader-election-args=--ha-enable-leader-election,$(LLMD_ROUTER_IMPL))
 
 # (6t) The same with TLS on: its default --secure-serving=true, a self-signed certificate
 # (pkg/epp/server/runserver.go; --target-tls insecure); its gRPC health port stays plaintext.
