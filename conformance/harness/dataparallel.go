@@ -37,9 +37,15 @@ type InstanceStarter interface {
 type SidePoolSource interface {
 	// StartSidePool makes a pool named name of addrs (ip:port; every IP with the same ports, one
 	// per data-parallel rank) visible and returns what a target needs to find it. The pool lives
-	// until the source stops.
+	// until the source stops. A source with namespaces puts the pool in the namespace
+	// SidePoolNamespace(name), so a caller can tell an EPP where to look before the pool exists.
 	StartSidePool(ctx context.Context, name string, addrs []string) (Env, error)
 }
+
+// SidePoolNamespace is the namespace of the side pool named name in a source with namespaces
+// (apiserver): a namespace of its own, named after the pool, so the run's objects (objectives,
+// rewrites) are written again there and no EPP sees another pool's Pods by namespace.
+func SidePoolNamespace(name string) string { return name }
 
 // DataParallelPool is a second pool and EPP started by Suite.StartDataParallelPool: pods with
 // several data-parallel ranks (rank r of a pod on rank 0's port + r, as `vllm serve

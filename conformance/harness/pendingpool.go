@@ -42,10 +42,11 @@ func (s *Suite) PendingPoolUnsupported() string {
 var pendingPools atomic.Int64
 
 // StartPendingPoolEPP starts a new instance of the target EPP (the run's command, config file
-// and seed) told to watch an InferencePool that does not exist yet, in the run's API server and
-// namespace. It does not wait for readiness: the EPP cannot be ready. The instance is stopped in
-// the test's Cleanup. The test must check PendingPoolUnsupported first; StartPendingPoolEPP
-// fails the test when the run cannot do this or the instance does not start.
+// and seed) told to watch an InferencePool that does not exist yet, in the run's API server, in
+// the namespace CreatePool will put it in (SidePoolNamespace). It does not wait for readiness:
+// the EPP cannot be ready. The instance is stopped in the test's Cleanup. The test must check
+// PendingPoolUnsupported first; StartPendingPoolEPP fails the test when the run cannot do this
+// or the instance does not start.
 func (s *Suite) StartPendingPoolEPP(t TestingT) *PendingPoolEPP {
 	t.Helper()
 	if why := s.PendingPoolUnsupported(); why != "" {
@@ -64,7 +65,7 @@ func (s *Suite) StartPendingPoolEPP(t TestingT) *PendingPoolEPP {
 		logDir = filepath.Join(logDir, "pending-"+strconv.FormatInt(n, 10))
 	}
 	tenv := TargetEnv{Eppkit: s.cfg.Eppkit, GRPCPort: ports[0], HealthPort: ports[1], MetricsPort: ports[2],
-		Kubeconfig: s.Source.Kubeconfig, PoolName: p.PoolName, PoolNamespace: s.Source.PoolNamespace, ConfigFile: s.cfg.ConfigFile,
+		Kubeconfig: s.Source.Kubeconfig, PoolName: p.PoolName, PoolNamespace: SidePoolNamespace(p.PoolName), ConfigFile: s.cfg.ConfigFile,
 		LogDir: logDir, Seed: s.Seed, PredictorURL: s.PredictorURL()}
 	if tenv.ConfigFile != "" {
 		if abs, err := filepath.Abs(tenv.ConfigFile); err == nil {

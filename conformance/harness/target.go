@@ -143,8 +143,8 @@ type LogTailer interface {
 	LogPath() string
 }
 
-// FreePorts returns n distinct free TCP ports on 127.0.0.1 (listen on :0, then close; a port
-// may in principle be taken again before the target binds it).
+// FreePorts returns n distinct TCP ports free on every address (listen on the wildcard's port 0,
+// then close; a port may in principle be taken again before the target binds it).
 func FreePorts(n int) ([]int, error) {
 	var lns []net.Listener
 	defer func() {
@@ -154,7 +154,10 @@ func FreePorts(n int) ([]int, error) {
 	}()
 	var out []int
 	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		// The wildcard address: a port free there is free on every address, so a target that
+		// listens on all interfaces (as EPPs do) cannot collide with a fake listening on one
+		// loopback alias (127.0.10.x) with that port, which a 127.0.0.1 probe would not see.
+		l, err := net.Listen("tcp", ":0")
 		if err != nil {
 			return nil, err
 		}

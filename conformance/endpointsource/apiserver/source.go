@@ -109,7 +109,7 @@ func (s *Source) StartSidePool(ctx context.Context, name string, addrs []string)
 	if env == nil {
 		return harness.Env{}, errors.New("apiserver endpoint source: StartSidePool before Start")
 	}
-	side, err := NewPool(ctx, env.ControlPlane, Options{PoolName: name, PoolNamespace: name, Endpoints: addrs, Objectives: s.Options.Objectives})
+	side, err := NewPool(ctx, env.ControlPlane, Options{PoolName: name, PoolNamespace: harness.SidePoolNamespace(name), Endpoints: addrs, Objectives: s.Options.Objectives})
 	if err != nil {
 		return harness.Env{}, err
 	}
