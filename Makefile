@@ -115,6 +115,7 @@ INTEROP_FLAGS    ?=
 INTEROP_FLAGS_PREDICTOR ?=
 INTEROP_RUNS     := interop-llmd-router-v0.10.0 interop-llmd-router-v0.10.0-tls interop-llmd-router-v0.10.0-lora \
 	interop-llmd-router-v0.10.0-static interop-llmd-router-v0.10.0-optimized-baseline \
+	interop-llmd-router-v0.10.0-predicted-latency interop-llmd-router-v0.10.0-flow-control \
 	interop-lwepp-v1.6.2 interop-lwepp-v1.6.0 interop-upstream-epp-v1.5.0-usage-crash interop-predictor-parity \
 	interop-score-parity interop-sim
 GIE_URL          := https://github.com/kubernetes-sigs/gateway-api-inference-extension
@@ -304,14 +305,30 @@ interop-llmd-router-v0.10.0-optimized-baseline: interop-tools
 # configs artifact): the default scorers and weights with the flowControl feature gate and the
 # soft-reflective-ceiling usage-limit policy. That policy is an Alpha plugin, which the EPP refuses to
 # load without --allow-experimental-plugins (cmd/epp/runner/runner.go, setup:
-# fwkplugin.ValidatePluginStability), so the run passes it. Not in INTEROP_RUNS (make interop): the
-# tests whose requests flow control holds wait out their timeouts, about 8–9 minutes in all.
+# fwkplugin.ValidatePluginStability), so the run passes it. The tests whose requests flow control
+# holds wait out their timeouts: about 8–9 minutes in all.
 .PHONY: interop-llmd-router-v0.10.0-flow-control
 interop-llmd-router-v0.10.0-flow-control: interop-tools
 	$(LLMD_ROUTER_BUILD); \
 	$(call interop_run,llmd-router-v0.10.0-flow-control,$(LLMD_ROUTER_EPP) --allow-experimental-plugins --config-file {{.ConfigFile}},$(LLMD_ROUTER_VERSION) \
 		--config-file $$(./bin/eppkit tools path llmd-router configs)/soft-reflective-ceiling-epp-config.yaml --profiles all \
 		--supported-features $(INTEROP_FEATURES) --skip-tests $(LLMD_ROUTER_SKIP),$(LLMD_ROUTER_IMPL))
+
+# (6p) its predicted-latency config: the plugins and profile its Helm chart renders with
+# router.latencyPredictor.enabled (manifests/epp-configs/llmd-router-v0.10.0-predicted-latency.yaml),
+# PREDICTION_SERVER_URL and TRAINING_SERVER_URL both at the harness's `eppkit predictor` sidecar
+# ({{.PredictorURL}}; the chart's two sidecars, config/charts/routerlib/templates/_latency-predictor.tpl).
+# Training entries are flushed and the predictor's status read every second
+# (LATENCY_FLUSH_INTERVAL_SEC, LATENCY_METRICS_INTERVAL_SEC: latencypredictorclient/types.go).
+# EPP-Routing with PredictedLatency claimed: the tests of that feature and the unclaimed routing rules.
+LLMD_ROUTER_PL_ENV := PREDICTION_SERVER_URL={{.PredictorURL}} TRAINING_SERVER_URL={{.PredictorURL}} \
+	LATENCY_FLUSH_INTERVAL_SEC=1 LATENCY_METRICS_INTERVAL_SEC=1
+.PHONY: interop-llmd-router-v0.10.0-predicted-latency
+interop-llmd-router-v0.10.0-predicted-latency: interop-tools
+	$(LLMD_ROUTER_BUILD); \
+	$(call interop_run,llmd-router-v0.10.0-predicted-latency,$(LLMD_ROUTER_PL_ENV) $(LLMD_ROUTER_EPP) --config-file {{.ConfigFile}},$(LLMD_ROUTER_VERSION) \
+		--config-file manifests/epp-configs/llmd-router-v0.10.0-predicted-latency.yaml --profiles EPP-Routing \
+		--supported-features PredictedLatency,$(LLMD_ROUTER_IMPL))
 
 # (4) predictor parity: the upstream EPP v1.5.0 with its predicted-latency plugins
 # (manifests/epp-configs/upstream-v1.5.0-predicted-latency.yaml) and PREDICTION_SERVER_URL /
