@@ -28,6 +28,10 @@ type Env struct {
 	Kubeconfig string
 	// PoolName and PoolNamespace name the InferencePool (apiserver source).
 	PoolName, PoolNamespace string
+	// GroupObjects is true when the source wrote the llm-d.ai group test's objects
+	// (GroupObjectives, GroupModelRewrites) before the EPP started (the apiserver source); a
+	// cluster the suite only reads has none of them.
+	GroupObjects bool
 	// Details is one line for the run's log about what the source runs ("" = nothing to say):
 	// the apiserver source names its kube-apiserver and etcd, their versions and origin.
 	Details string

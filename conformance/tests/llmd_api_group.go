@@ -25,7 +25,7 @@ func init() {
 		EndpointSource: "apiserver",
 		Preconditions: []string{
 			"the apiserver endpoint source: both groups' CRDs installed before the EPP starts, and the objects of " +
-				"harness.GroupObjectives and harness.GroupModelRewrites (with a static pool the test skips)",
+				"harness.GroupObjectives and harness.GroupModelRewrites, which only it writes (on a static pool or a cluster the suite only reads, the test does not apply)",
 			"the EPP reads the pool's InferenceObjectives and InferenceModelRewrites from the API server",
 			"the saturation detector uses thresholds below waiting 50 and KV-cache use 0.99 (as RequestShedding)",
 		},
@@ -59,6 +59,10 @@ func forwardedModel(t harness.TestingT, s *harness.Suite, c *extprocclient.Clien
 func runLLMDAPIGroup(t harness.TestingT, s *harness.Suite) {
 	if s.Source.Kubeconfig == "" {
 		harness.Skip(t, "the llm-d.ai group test needs the apiserver endpoint source (API groups exist only on an API server)")
+	}
+	if !s.Source.GroupObjects {
+		harness.Skip(t, "the endpoint source did not write the test's InferenceObjectives and InferenceModelRewrites in both API groups "+
+			"before the EPP started (only the apiserver source does; use --endpoint-source apiserver)")
 	}
 	pool := requireEndpoints(t, s, 1)
 	c := s.ExtProc(t)

@@ -44,7 +44,7 @@ func (s *Source) Start(ctx context.Context, addrs []string) (harness.Env, error)
 	}
 	s.env = env
 	return harness.Env{Kubeconfig: env.KubeconfigPath, PoolName: env.PoolName, PoolNamespace: env.PoolNamespace,
-		Details: "control plane: " + env.Binaries}, nil
+		Details: "control plane: " + env.Binaries, GroupObjects: len(opts.GroupObjectives) > 0}, nil
 }
 
 // SetReady implements harness.EndpointSource (Env.SetReady).
