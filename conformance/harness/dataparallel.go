@@ -90,7 +90,7 @@ func (s *Suite) StartDataParallelPool(t TestingT, pods, ranks int) *DataParallel
 	if !loopback {
 		pods = 1
 	}
-	sp := s.startSidePool(t, "dp", pods, base, nil, !loopback, "")
+	sp := s.startSidePool(t, "dp", pods, base, nil, !loopback, "", false)
 	dp := &DataParallelPool{Ranks: ranks, Fleet: sp.fleet, Gateway: sp.gateway, Endpoints: sp.endpoints, TargetAddress: sp.targetAddress}
 	return dp
 }
@@ -127,6 +127,18 @@ type FleetVariant struct {
 	// instead of the run's (written to a file that is removed in Cleanup): a feature that needs
 	// an EPP configured otherwise than for the rest of the run (flow control).
 	Config []byte
+	// SharedNamespace puts the variant's pool in the run's namespace, beside the run's pool, as
+	// two InferencePools of one namespace are in a cluster, when the source can
+	// (SharedNamespaceSidePoolSource; otherwise the pool gets SidePoolNamespace as usual): an EPP
+	// that took every Pod of its namespace for its pool's then sees the other pool's Pods.
+	SharedNamespace bool
+}
+
+// SharedNamespaceSidePoolSource is implemented by sources with namespaces that can also put a
+// side pool in the run's own namespace (apiserver). The run's objects are already there.
+type SharedNamespaceSidePoolSource interface {
+	// StartSidePoolShared is StartSidePool with the pool in the run's namespace.
+	StartSidePoolShared(ctx context.Context, name string, addrs []string) (Env, error)
 }
 
 // StartVariantPool starts v.Pods fake vLLM pods configured as v says, presents them as a second
@@ -166,7 +178,7 @@ func (s *Suite) StartVariantPool(t TestingT, v FleetVariant) *Suite {
 		}
 		configFile = f.Name()
 	}
-	sp := s.startSidePool(t, v.Name, v.Pods, base, v.Configure, false, configFile)
+	sp := s.startSidePool(t, v.Name, v.Pods, base, v.Configure, false, configFile, v.SharedNamespace)
 	child := &Suite{Timeouts: s.Timeouts, Seed: s.Seed, Gateway: sp.gateway, Fleet: sp.fleet, ModelName: s.ModelName,
 		TargetAddress: sp.targetAddress, TargetTLS: s.TargetTLS, HealthAddress: sp.healthAddress, HealthTLS: s.HealthTLS,
 		MetricsAddress: sp.metricsAddress, TargetName: s.TargetName + " (" + v.Name + " pool)", Source: sp.env,
@@ -206,8 +218,8 @@ type sidePool struct {
 // DataParallelIPPrefix, a pool of every rank's ip:port in the run's SidePoolSource, a new
 // target instance for it with the run's config file (configFile when not ""), and a strict gateway; it waits until the
 // EPP is ready and registers every stop in t.Cleanup. distinct puts the pods on distinct ports
-// of 127.0.0.1.
-func (s *Suite) startSidePool(t TestingT, label string, pods int, base vllm.Config, configure func(int, *vllm.Config), distinct bool, configFile string) *sidePool {
+// of 127.0.0.1; shared asks for the run's namespace (FleetVariant.SharedNamespace).
+func (s *Suite) startSidePool(t TestingT, label string, pods int, base vllm.Config, configure func(int, *vllm.Config), distinct bool, configFile string, shared bool) *sidePool {
 	t.Helper()
 	is := s.target.(InstanceStarter)
 	sps := s.source.(SidePoolSource)
@@ -240,7 +252,11 @@ func (s *Suite) startSidePool(t TestingT, label string, pods int, base vllm.Conf
 	}
 
 	poolName := fmt.Sprintf("%s-%s%d", DefaultPoolName, label, n)
-	sp.env, err = sps.StartSidePool(ctx, poolName, sp.endpoints)
+	if ss, ok := s.source.(SharedNamespaceSidePoolSource); ok && shared {
+		sp.env, err = ss.StartSidePoolShared(ctx, poolName, sp.endpoints)
+	} else {
+		sp.env, err = sps.StartSidePool(ctx, poolName, sp.endpoints)
+	}
 	if err != nil {
 		t.Fatalf("endpoint source %s: pool %s of %v: %v", s.source.Name(), poolName, sp.endpoints, err)
 	}

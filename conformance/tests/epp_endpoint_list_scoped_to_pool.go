@@ -33,7 +33,7 @@ func runEPPEndpointListScopedToPool(t harness.TestingT, s *harness.Suite) {
 		harness.Skip(t, "%s", why)
 	}
 	requireLoopbackFleet(t, s)
-	other := s.StartVariantPool(t, harness.FleetVariant{Name: "second-pool", Pods: 2})
+	other := s.StartVariantPool(t, harness.FleetVariant{Name: "second-pool", Pods: 2, SharedNamespace: true})
 	pools := []struct {
 		name  string
 		suite *harness.Suite

@@ -87,8 +87,9 @@ func (s *Server) watchHealth(ctx context.Context) {
 //  4. once none is in flight, or DrainTimeout after the drain began, the listeners close; a
 //     request still in flight then is cut, and logged.
 //
-// failed skips the handover: a listener failed and nothing will be served well.
-func (s *Server) drain(failed bool) {
+// failed skips the handover: a listener failed and nothing will be served well. drain reports
+// whether it timed out with requests still in flight (shutdown then cuts them at once).
+func (s *Server) drain(failed bool) (timedOut bool) {
 	start := time.Now()
 	deadline := start.Add(s.opts.DrainTimeout)
 	s.draining.Store(true)
@@ -113,9 +114,10 @@ func (s *Server) drain(failed bool) {
 	}
 	if n := s.extproc.InFlight(); n > 0 {
 		s.logger.Warn("drain timeout: cutting the requests still in flight", "inFlight", n, "drainTimeout", s.opts.DrainTimeout)
-	} else {
-		s.logger.Info("drained: no request in flight", "after", time.Since(start).Round(time.Millisecond))
+		return true
 	}
+	s.logger.Info("drained: no request in flight", "after", time.Since(start).Round(time.Millisecond))
+	return false
 }
 
 // poke makes watchHealth recompute at once.

@@ -345,8 +345,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 
 	go func() {
 		<-stopCtx.Done()
-		s.drain(failed.Load())
-		s.shutdown()
+		s.shutdown(s.drain(failed.Load()))
 		if opts.Leader != nil {
 			<-opts.Leader.Done() // the lease is released
 		}
@@ -372,20 +371,25 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 // response cut short before its end).
 const shutdownGrace = 2 * time.Second
 
-// shutdown stops every listener once the drain is over (ha.go drain): it stops accepting, lets
-// the streams still open end within shutdownGrace (GracefulStop flushes what was sent), then
-// closes what is left.
-func (s *Server) shutdown() {
-	done := make(chan struct{})
-	go func() {
-		s.grpcSrv.GracefulStop()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(shutdownGrace):
+// shutdown stops every listener once the drain is over (ha.go drain). After a drain that left
+// nothing in flight it stops accepting and lets the streams still open end within
+// shutdownGrace (GracefulStop flushes what was sent), then closes what is left; after a drain
+// that timed out it closes every stream at once, so no request outlives DrainTimeout.
+func (s *Server) shutdown(cut bool) {
+	if cut {
 		s.grpcSrv.Stop()
-		<-done
+	} else {
+		done := make(chan struct{})
+		go func() {
+			s.grpcSrv.GracefulStop()
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-time.After(shutdownGrace):
+			s.grpcSrv.Stop()
+			<-done
+		}
 	}
 	if s.healthSrv != nil {
 		s.healthSrv.Stop()

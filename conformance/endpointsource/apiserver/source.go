@@ -115,3 +115,17 @@ func (s *Source) StartSidePool(ctx context.Context, name string, addrs []string)
 	}
 	return harness.Env{Kubeconfig: side.KubeconfigPath, PoolName: side.PoolName, PoolNamespace: side.PoolNamespace}, nil
 }
+
+// StartSidePoolShared implements harness.SharedNamespaceSidePoolSource: StartSidePool with the
+// pool in the run's namespace, beside the run's pool (the run's objectives are already there).
+func (s *Source) StartSidePoolShared(ctx context.Context, name string, addrs []string) (harness.Env, error) {
+	env := s.Env()
+	if env == nil {
+		return harness.Env{}, errors.New("apiserver endpoint source: StartSidePoolShared before Start")
+	}
+	side, err := NewPool(ctx, env.ControlPlane, Options{PoolName: name, PoolNamespace: env.PoolNamespace, Endpoints: addrs})
+	if err != nil {
+		return harness.Env{}, err
+	}
+	return harness.Env{Kubeconfig: side.KubeconfigPath, PoolName: side.PoolName, PoolNamespace: side.PoolNamespace}, nil
+}
