@@ -175,7 +175,7 @@ func runPrecisePrefixCache(t harness.TestingT, s *harness.Suite) {
 		var misses []string
 		for i := 0; i < plan.N; i++ {
 			prefix, want := trial()
-			err := harness.Eventually(pool.Timeouts.MetricsPropagation.D(), pool.Timeouts.Poll.D(), pool.Timeouts.RequiredConsecutiveSuccesses, func() error {
+			err := pool.Eventually(pool.Timeouts.MetricsPropagation.D(), pool.Timeouts.RequiredConsecutiveSuccesses, func() error {
 				ep, err := sendWithHeaders(pool, pathCompletions, completionBody(pool.ModelName, probeOf(prefix)+words(1), nil), probeHeaders)
 				if err != nil {
 					return err
@@ -186,6 +186,11 @@ func runPrecisePrefixCache(t harness.TestingT, s *harness.Suite) {
 				return nil
 			})
 			if err != nil {
+				if cause := pool.BrokenCause(); cause != "" {
+					// The gateway cannot route anything: every further trial would spend its whole
+					// metricsPropagation bound finding that out again.
+					t.Fatalf("%s: trial %d of %d: the probes of a prefix held by %s: %v", what, i+1, plan.N, want, err)
+				}
 				misses = append(misses, want+"→(probes: "+err.Error()+")")
 				continue
 			}
@@ -226,7 +231,7 @@ func runPrecisePrefixCache(t harness.TestingT, s *harness.Suite) {
 		holder := pick(others)
 		// The EPP must first know the prefix is cached where it was served (its events said so):
 		// what it later unlearns is what it had learnt.
-		if err := harness.Eventually(pool.Timeouts.MetricsPropagation.D(), pool.Timeouts.Poll.D(), pool.Timeouts.RequiredConsecutiveSuccesses, func() error {
+		if err := pool.Eventually(pool.Timeouts.MetricsPropagation.D(), pool.Timeouts.RequiredConsecutiveSuccesses, func() error {
 			ep, err := sendWithHeaders(pool, pathCompletions, completionBody(pool.ModelName, probeOf(prefix)+words(1), nil), probeHeaders)
 			if err != nil {
 				return err

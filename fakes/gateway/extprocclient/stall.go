@@ -114,10 +114,12 @@ type StallWatch struct {
 }
 
 // Stall watch defaults: two full waits in a row without an answer convince the run; later waits
-// last one second (long enough for an EPP that answers at all).
+// last 250 ms. An EPP answers a message within milliseconds, and only a phase the EPP already left unanswered twice for the whole
+// message timeout is cut, so the bound costs a working EPP nothing; it makes a run against an EPP
+// that never answers a body phase (one exchange per test, 60-odd tests) take seconds, not a minute.
 const (
 	DefaultStallThreshold = 2
-	DefaultStallShort     = time.Second
+	DefaultStallShort     = 250 * time.Millisecond
 )
 
 // NewStallWatch returns a StallWatch; threshold < 1 or short <= 0 take the defaults.
