@@ -421,13 +421,14 @@ catalogue:
 	$(GO) run ./cmd/eppkit conformance catalogue -o reports/CATALOGUE.md
 
 ## mutants: the mutant matrix (reports/mutants.md; selfcheck/mutant/matrix). bin/eppkit-mutants is built
-# with the tag eppkit_mutants (the normal build cannot select a mutant). After a baseline per lane,
-# every protocol mutant runs the whole registry behind the mutant interceptor (selfcheck/mutant/interceptor) in
+# with the tag eppkit_mutants (the normal build cannot select a mutant). After a baseline per lane
+# (the whole registry), every protocol mutant runs its targeted test behind the mutant interceptor (selfcheck/mutant/interceptor) in
 # front of the reference AND of llm-d-router v0.10.0, the upstream EPP (judged on the tests it passes on its
-# own baseline, with the interop run's features and RequestShedding); every other black-box mutant runs it against the
+# own baseline, with the interop run's features and RequestShedding); every other black-box mutant runs its test against the
 # reference with EPPKIT_MUTANT set (wrapper plugins, decorated sources, the hooks left in
 # reference/); every white-box mutant its suite. Exit 1 when a mutant escapes the test that targets
-# it. MUTANTS_FLAGS="--only kv-ignored" runs one; MUTANTS_UPSTREAM= leaves the upstream lane out (so
+# it. MUTANTS_FLAGS="--only kv-ignored" runs one, "--whole-registry" runs every test for each mutant
+# (to list every test a mutant fails; each run then takes 40 s to 4 min); MUTANTS_UPSTREAM= leaves the upstream lane out (so
 # does a missing llm-d-router source snapshot: the lane is reported SKIPPED). Takes ~30 minutes on a
 # loaded 2-core machine.
 MUTANTS_FLAGS    ?=

@@ -103,5 +103,6 @@ others; the upstream lane always uses apiserver.`,
 	fl.Int64Var(&o.Seed, "seed", 0, "seed of every run (0 = from the clock; EPPKIT_SEED overrides)")
 	fl.BoolVar(&o.SkipWhiteBox, "skip-white-box", false, "do not run the white-box mutants")
 	fl.BoolVar(&o.SkipBlackBox, "skip-black-box", false, "do not run the black-box mutants")
+	fl.BoolVar(&o.WholeRegistry, "whole-registry", false, "run the whole registry for every mutant (default: only its targeted test), to list every test it fails")
 	return cmd
 }

@@ -193,3 +193,41 @@ func TestConformanceRunReadsTheResultsFile(t *testing.T) {
 		t.Errorf("without a results file the verdict is %q, want not judged", v)
 	}
 }
+
+// TestMutantRunSelectsItsTargetedTest checks the arguments of the conformance runs: a baseline
+// runs the whole registry; a mutant run selects its targeted test with --run-test, unless
+// WholeRegistry is set.
+func TestMutantRunSelectsItsTargetedTest(t *testing.T) {
+	dir := t.TempDir()
+	argsFile := filepath.Join(dir, "args")
+	script := "#!/bin/sh\necho \"$@\" > " + argsFile + "\nexit 1\n"
+	eppkit := filepath.Join(dir, "eppkit")
+	if err := os.WriteFile(eppkit, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	kv, _ := mutant.Lookup(mutant.KVIgnored)
+	for _, c := range []struct {
+		name    string
+		r       run
+		whole   bool
+		runTest bool
+	}{
+		{"baseline", run{lane: laneReference, source: "static"}, false, false},
+		{"mutant", run{mutant: kv, lane: laneReference, source: "static"}, false, true},
+		{"mutant, whole registry", run{mutant: kv, lane: laneReference, source: "static"}, true, false},
+	} {
+		m := &matrix{opts: Options{Eppkit: eppkit, LogDir: filepath.Join(dir, "logs"), Log: io.Discard, Seed: 1, WholeRegistry: c.whole}}
+		if err := os.MkdirAll(m.opts.LogDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		m.conformance(context.Background(), c.r)
+		b, err := os.ReadFile(argsFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := strings.Contains(string(b), "--run-test "+kv.Target+" ") || strings.HasSuffix(strings.TrimSpace(string(b)), "--run-test "+kv.Target)
+		if got != c.runTest || (!c.runTest && strings.Contains(string(b), "--run-test")) {
+			t.Errorf("%s: arguments %q; want --run-test %s: %v", c.name, strings.TrimSpace(string(b)), kv.Target, c.runTest)
+		}
+	}
+}

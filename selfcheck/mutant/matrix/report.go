@@ -26,7 +26,12 @@ func (m *matrix) report() (string, int) {
 	if o.Upstream != nil {
 		fmt.Fprintf(&b, " (%s: its protocol mutants are judged only on the tests it passes on its own baseline)", o.Upstream.Name)
 	}
-	b.WriteString(".\n\n")
+	b.WriteString(". ")
+	if o.WholeRegistry {
+		b.WriteString("Every mutant run ran the whole registry, as the baselines do (`--whole-registry`).\n\n")
+	} else {
+		b.WriteString("A baseline runs the whole registry; a conformance mutant run only its targeted test (`--run-test`; `--whole-registry` runs every test, to see which others also fail).\n\n")
+	}
 	fmt.Fprintf(&b, "Run %s, seed %d, eppkit %s, endpoint source %s, config %s", m.start.UTC().Format(time.RFC3339), o.Seed, o.Version, o.Source, orDash(o.ConfigFile))
 	if len(o.ConformanceArgs) > 0 {
 		fmt.Fprintf(&b, ", extra conformance arguments `%s`", strings.Join(o.ConformanceArgs, " "))
