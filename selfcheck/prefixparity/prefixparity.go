@@ -676,4 +676,3 @@ var (
 		"profile handler weight route stream chunk header metadata pool replica decode prefill latency budget signal window")
 	mixedWords = strings.Fields("café naïve résumé 東京 推論 模型 요청 서버 캐시 gateway 端点 選択 préfixe κλειδί ключ")
 )
-

@@ -325,7 +325,13 @@ func (m *matrix) conformance(ctx context.Context, r run) run {
 		}
 	case laneUpstream:
 		args = append(args, "--target", InterceptedTargetName)
-		args = append(args, m.opts.Upstream.Args...)
+		if r.mutant.Name != "" && !m.opts.WholeRegistry {
+			// The run selects one test; its baseline passed it, so it is not among the skipped
+			// ones, and eppkit refuses --skip-tests that name tests --run-test leaves out.
+			args = append(args, withoutFlag(m.opts.Upstream.Args, "--skip-tests")...)
+		} else {
+			args = append(args, m.opts.Upstream.Args...)
+		}
 		env = append(env, InterceptedCommandEnv+"="+m.opts.Upstream.Command)
 	}
 	if r.mutant.Name != "" && !m.opts.WholeRegistry {
@@ -415,6 +421,21 @@ func (m *matrix) progress(r run) {
 	}
 	fmt.Fprintf(m.opts.Log, "%d passed, %d failed, %d skipped (%s)%s\n", len(r.passed), len(r.failed), len(r.skipped),
 		r.duration.Round(time.Second), suffix)
+}
+
+// withoutFlag returns args without flag and its value ("--flag v" or "--flag=v").
+func withoutFlag(args []string, flag string) []string {
+	var out []string
+	for i := 0; i < len(args); i++ {
+		switch {
+		case args[i] == flag:
+			i++
+		case strings.HasPrefix(args[i], flag+"="):
+		default:
+			out = append(out, args[i])
+		}
+	}
+	return out
 }
 
 func orNone(n mutant.Name) string {

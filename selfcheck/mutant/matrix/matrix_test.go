@@ -215,8 +215,11 @@ func TestMutantRunSelectsItsTargetedTest(t *testing.T) {
 		{"baseline", run{lane: laneReference, source: "static"}, false, false},
 		{"mutant", run{mutant: kv, lane: laneReference, source: "static"}, false, true},
 		{"mutant, whole registry", run{mutant: kv, lane: laneReference, source: "static"}, true, false},
+		{"upstream baseline", run{lane: laneUpstream, source: "apiserver"}, false, false},
+		{"upstream mutant", run{mutant: kv, lane: laneUpstream, source: "apiserver"}, false, true},
 	} {
-		m := &matrix{opts: Options{Eppkit: eppkit, LogDir: filepath.Join(dir, "logs"), Log: io.Discard, Seed: 1, WholeRegistry: c.whole}}
+		m := &matrix{opts: Options{Eppkit: eppkit, LogDir: filepath.Join(dir, "logs"), Log: io.Discard, Seed: 1, WholeRegistry: c.whole,
+			Upstream: &Upstream{Name: "up", Command: "true", Args: []string{"--supported-features", "X", "--skip-tests", "Y"}}}}
 		if err := os.MkdirAll(m.opts.LogDir, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -229,5 +232,16 @@ func TestMutantRunSelectsItsTargetedTest(t *testing.T) {
 		if got != c.runTest || (!c.runTest && strings.Contains(string(b), "--run-test")) {
 			t.Errorf("%s: arguments %q; want --run-test %s: %v", c.name, strings.TrimSpace(string(b)), kv.Target, c.runTest)
 		}
+		// eppkit refuses --skip-tests beside --run-test: the upstream lane's skips go.
+		if c.r.lane == laneUpstream && strings.Contains(string(b), "--skip-tests") == c.runTest {
+			t.Errorf("%s: arguments %q; want --skip-tests only without --run-test", c.name, strings.TrimSpace(string(b)))
+		}
+	}
+}
+
+func TestWithoutFlag(t *testing.T) {
+	got := withoutFlag([]string{"--a", "1", "--skip-tests", "X,Y", "--b", "--skip-tests=Z", "c"}, "--skip-tests")
+	if want := []string{"--a", "1", "--b", "c"}; !slices.Equal(got, want) {
+		t.Errorf("withoutFlag = %v, want %v", got, want)
 	}
 }
