@@ -116,6 +116,7 @@ INTEROP_FLAGS_PREDICTOR ?=
 INTEROP_RUNS     := interop-llmd-router-v0.10.0 interop-llmd-router-v0.10.0-tls interop-llmd-router-v0.10.0-lora \
 	interop-llmd-router-v0.10.0-static interop-llmd-router-v0.10.0-optimized-baseline \
 	interop-llmd-router-v0.10.0-predicted-latency interop-llmd-router-v0.10.0-flow-control \
+	interop-llmd-router-v0.10.0-precise-prefix \
 	interop-lwepp-v1.6.2 interop-lwepp-v1.6.0 interop-upstream-epp-v1.5.0-usage-crash interop-predictor-parity \
 	interop-score-parity interop-prefix-parity interop-sim
 GIE_URL          := https://github.com/kubernetes-sigs/gateway-api-inference-extension
@@ -160,7 +161,9 @@ LLMD_ROUTER_HA_FEATURES = $(INTEROP_FEATURES),HighAvailability
 # file-discovery plugin (pkg/epp/framework/plugins/datalayer/discovery/file/README.md: name, address,
 # port as a string) and a config with the default config's scorers and weights
 # (pkg/epp/config/loader/defaults.go, loadDefaultConfig) plus that plugin into the log dir, prints
-# both to target.log, and execs the EPP with the rest of its arguments. --pool-name is still required
+# both to target.log, and execs the EPP with the rest of its arguments. With LLMD_ROUTER_CONFIG_TEMPLATE
+# set, the config is that file with @ENDPOINTS_FILE@ and @RENDER_URL@ (http:// and the pool's first
+# endpoint) replaced. --pool-name is still required
 # (server/options.go, Validate: pool-name or endpoint-selector); it only labels metrics here.
 define LLMD_ROUTER_STATIC_SH
 set -e
@@ -174,6 +177,10 @@ for ep in $$(echo "$$eps" | tr , ' '); do
 	printf '%s\n' "- name: ep$$i" "  address: \"$${ep%:*}\"" "  port: \"$${ep##*:}\"" >> "$$f"
 	i=$$((i+1))
 done
+first=$${eps%%,*}
+if [ -n "$$LLMD_ROUTER_CONFIG_TEMPLATE" ]; then
+	sed -e "s|@ENDPOINTS_FILE@|$$f|" -e "s|@RENDER_URL@|http://$$first|" "$$LLMD_ROUTER_CONFIG_TEMPLATE" > "$$c"
+else
 cat > "$$c" <<EOF
 apiVersion: llm-d.ai/v1alpha1
 kind: EndpointPickerConfig
@@ -197,6 +204,7 @@ schedulingProfiles:
   - pluginRef: prefix-cache-scorer
     weight: 3
 EOF
+fi
 echo "# $$f:"; cat "$$f"; echo "# $$c:"; cat "$$c"
 exec "$$epp" --config-file "$$c" "$$@"
 endef
@@ -285,6 +293,14 @@ interop-llmd-router-v0.10.0-static: interop-tools
 	$(LLMD_ROUTER_BUILD); \
 	$(call interop_run,llmd-router-v0.10.0-static,$(LLMD_ROUTER_STATIC_EPP),$(LLMD_ROUTER_VERSION) --profiles all \
 		--supported-features $(INTEROP_FEATURES) --skip-tests $(LLMD_ROUTER_SKIP),$(LLMD_ROUTER_IMPL),static)
+
+# (6p) its shipped precise-prefix config (manifests/epp-configs/llmd-router-v0.10.0-precise-prefix.yaml
+# says what changed) in file-discovery mode: PrecisePrefixCache only, whose pool publishes vLLM KV
+# events on tcp://<ip>:5557 and serves the render endpoints its token-producer calls.
+interop-llmd-router-v0.10.0-precise-prefix: interop-tools
+	$(LLMD_ROUTER_BUILD); \
+	$(call interop_run,llmd-router-v0.10.0-precise-prefix,LLMD_ROUTER_CONFIG_TEMPLATE=$(CURDIR)/manifests/epp-configs/llmd-router-v0.10.0-precise-prefix.yaml $(LLMD_ROUTER_STATIC_EPP),$(LLMD_ROUTER_VERSION) \
+		--profiles EPP-Routing --supported-features PrecisePrefixCache --run-test PrecisePrefixCache,$(LLMD_ROUTER_IMPL),static)
 
 # (6c) the config of its optimized-baseline guide, which its nightly perf job deploys: the
 # EndpointPickerConfig embedded in the Helm values test/perf/config/router-configs/optimized-baseline.yaml

@@ -26,6 +26,12 @@ const (
 	preciseFloodPrompts, preciseFloodWords = 5, 900
 	// precisePrefixWords is the shared prefix's length in words (one token each, ≥ 16 blocks).
 	precisePrefixWords = 300
+	// preciseProbeWords is a probe's length in words: more than one block of the largest block
+	// size vLLM has (128 tokens), so an EPP that indexes whole blocks of any size can match a
+	// probe. llm-d-router v0.10.0's shipped precise config indexes 64-token blocks and drops a
+	// partial one (llm-d-kv-cache kvblock/token_processor.go): with 20-word probes it scored
+	// every probe 0 and routed them at random.
+	preciseProbeWords = 140
 )
 
 func init() {
@@ -160,14 +166,14 @@ func runPrecisePrefixCache(t harness.TestingT, s *harness.Suite) {
 	// Each trial uses its own prefix, so a request that goes astray (and stores its prefix where
 	// it lands) spoils only its own trial. The EPP follows events asynchronously (within
 	// metricsPropagation, a precondition): before a trial's request, probes made of the prefix's
-	// first ~16 tokens are sent until requiredConsecutiveSuccesses in a row go to the holder; a
+	// first preciseProbeWords words are sent until requiredConsecutiveSuccesses in a row go to the holder; a
 	// trial whose probes never do within metricsPropagation is a miss. Each probe asks its model
 	// server to fail at once (X-Return-Error: 503, answered before anything runs, as
 	// llm-d-inference-sim does), so a probe stores no block where it lands: a probe sent before
 	// the EPP has the events cannot make a second endpoint hold the prefix.
 	probeOf := func(prefix string) string {
 		f := strings.Fields(prefix)
-		return strings.Join(f[:min(len(f), 20)], " ") + " "
+		return strings.Join(f[:min(len(f), preciseProbeWords)], " ") + " "
 	}
 	check := func(what string, trial func() (prefix, want string)) {
 		t.Helper()

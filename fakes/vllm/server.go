@@ -366,6 +366,9 @@ func (s *Server) Handler() http.Handler {
 	for _, api := range []apiKind{apiCompletions, apiChat, apiMessages, apiResponses, apiEmbeddings} {
 		mux.HandleFunc("POST "+api.String(), func(w http.ResponseWriter, r *http.Request) { s.handleAPI(w, r, api) })
 	}
+	for _, api := range []apiKind{apiCompletions, apiChat} {
+		mux.HandleFunc("POST "+api.String()+"/render", func(w http.ResponseWriter, r *http.Request) { s.handleRender(w, r, api) })
+	}
 	mux.HandleFunc("POST /v1/messages/count_tokens", s.handleCountTokens)
 	mux.HandleFunc("GET /v1/models", s.handleModels)
 	mux.HandleFunc("POST /v1/load_lora_adapter", s.handleLoadLora)
