@@ -118,7 +118,7 @@ INTEROP_RUNS     := interop-llmd-router-v0.10.0 interop-llmd-router-v0.10.0-tls 
 	interop-llmd-router-v0.10.0-predicted-latency interop-llmd-router-v0.10.0-flow-control \
 	interop-llmd-router-v0.10.0-precise-prefix \
 	interop-lwepp-v1.6.2 interop-lwepp-v1.6.0 interop-upstream-epp-v1.5.0-usage-crash interop-predictor-parity \
-	interop-score-parity interop-prefix-parity interop-sim
+	interop-score-parity interop-prefix-parity interop-token-load-parity interop-sim
 GIE_URL          := https://github.com/kubernetes-sigs/gateway-api-inference-extension
 GIE_IMPL         := --organization kubernetes-sigs --url $(GIE_URL) --contact $(GIE_URL)/issues
 # The upstream EPP v1.5.0 reads its kubeconfig from $$KUBECONFIG (controller-runtime's GetConfig;
@@ -357,16 +357,17 @@ interop-predictor-parity: interop-tools
 	@mkdir -p $(INTEROP_OUT)/predictor-parity
 	./bin/eppkit interop predictor-parity --report $(INTEROP_OUT)/predictor-parity/summary.md $(INTEROP_FLAGS_PREDICTOR)
 
-## interop-prefix-parity: the reference and llm-d-router v0.10.0, each with approximate prefix
-# scoring only and --emit-endpoint-scores, given the same seeded request history; their published
-# scores compared request by request (selfcheck/prefixparity). Exits 1 when a request kind whose
-# scores must agree differs; the kinds that differ are named with their rule in
-# $(INTEROP_OUT)/prefix-parity/summary.md. A random seed each run (printed); SEED=n fixes it.
-interop-prefix-parity: interop-tools
+## interop-prefix-parity, interop-token-load-parity: the reference and llm-d-router v0.10.0, each
+# with one scorer and --emit-endpoint-scores, given the same seeded request history; their
+# published scores compared request by request (selfcheck/scoreparity): approximate prefix scores;
+# token-load and active-request scores over requests held in flight. Exits 1 when a request kind
+# whose scores must agree differs; the kinds that differ are named with their rule in
+# $(INTEROP_OUT)/<study>-parity/summary.md. A random seed each run (printed); SEED=n fixes it.
+interop-prefix-parity interop-token-load-parity: interop-%-parity: interop-tools
 	$(LLMD_ROUTER_BUILD); \
-	mkdir -p $(INTEROP_OUT)/prefix-parity && \
-	./bin/eppkit interop prefix-parity --seed $(or $(SEED),$(EPPKIT_SEED),0) --log-dir out/interop/prefix-parity \
-		--report $(INTEROP_OUT)/prefix-parity/summary.md
+	mkdir -p $(INTEROP_OUT)/$*-parity && \
+	./bin/eppkit interop $*-parity --seed $(or $(SEED),$(EPPKIT_SEED),0) --log-dir out/interop/score-parity \
+		--report $(INTEROP_OUT)/$*-parity/summary.md
 
 ## interop-sim: the EPP-Routing profile against the reference EPP (its conformance config, every
 # feature it claims) with llm-d-inference-sim v0.10.2 as the model servers instead of the fakes

@@ -21,7 +21,7 @@ func newInteropCommand() *cobra.Command {
 		Use:   "interop",
 		Short: "Interop checks against upstream binaries that are not conformance tests (make interop)",
 	}
-	cmd.AddCommand(newPredictorParityCommand(), newPrefixParityCommand(), newSimPreflightCommand())
+	cmd.AddCommand(newPredictorParityCommand(), newPrefixParityCommand(), newTokenLoadParityCommand(), newSimPreflightCommand())
 	return cmd
 }
 
