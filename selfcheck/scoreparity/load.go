@@ -36,8 +36,8 @@ var TokenLoad = &Study{
 		"its raw input estimate (bytes/4), the reference as its uncached blocks × 64: the inflight-load-producer declares PrefixCacheMatchInfo an optional input, " +
 		"and llm-d-router orders data producers by required inputs only (datalayer/data_graph.go buildDAG), so in its Produce the prefix match is not there yet " +
 		"(in PreRequest, for the requests it holds in flight, it is, and those agree). The absolute scores are in the table of trials that differ.",
-	Reference:  loadReference("token-load-scorer", fmt.Sprintf("queueThresholdTokens: %d", loadQueueThresholdTokens)),
-	LLMDRouter: loadLLMDRouter("token-load-scorer", fmt.Sprintf("queueThresholdTokens: %d", loadQueueThresholdTokens)),
+	Reference:  config(loadPlugins("token-load-scorer", fmt.Sprintf("queueThresholdTokens: %d", loadQueueThresholdTokens)), "token-load-scorer", false),
+	LLMDRouter: config(loadPlugins("token-load-scorer", fmt.Sprintf("queueThresholdTokens: %d", loadQueueThresholdTokens)), "token-load-scorer", true),
 	Classes:    tokenLoadClasses,
 	Workload:   func(seed int64, n int) []Trial { return loadWorkload(tokenLoadClasses, seed, n) },
 	run:        runLoadTrial,
@@ -54,8 +54,8 @@ var ActiveRequest = &Study{
 	Title: "Active-request parity: the reference EPP and llm-d-router v0.10.0",
 	About: "Both EPPs score with inflight-load-producer, active-request-scorer (defaults) and max-score-picker, approx-prefix-cache-producer as in " +
 		"the token-load study. A trial holds 0–3 requests in flight on each endpoint, then sends a probe unhinted and compares its four scores.",
-	Reference:  loadReference("active-request-scorer", ""),
-	LLMDRouter: loadLLMDRouter("active-request-scorer", ""),
+	Reference:  config(loadPlugins("active-request-scorer", ""), "active-request-scorer", false),
+	LLMDRouter: config(loadPlugins("active-request-scorer", ""), "active-request-scorer", true),
 	Classes:    activeRequestClasses,
 	Workload:   func(seed int64, n int) []Trial { return loadWorkload(activeRequestClasses, seed, n) },
 	run:        runLoadTrial,
@@ -77,60 +77,14 @@ var activeRequestClasses = []Class{
 		Rule: "both count requests in flight per endpoint from PreRequest until the stream ends and score (maxCount − count) / maxCount, 1 when idle"},
 }
 
-// loadReference is the reference's config of a load study with scorer (and its parameters, "" for
-// none).
-func loadReference(scorer, params string) string {
-	return `apiVersion: inference.networking.x-k8s.io/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: approx-prefix-cache-producer
-  parameters:
-    autoTune: false
-    blockSizeTokens: 64
-- type: inflight-load-producer
-- type: ` + scorer + scorerParams(params) + `
-- type: max-score-picker
-schedulingProfiles:
-- name: default
-  plugins:
-  - pluginRef: ` + scorer + `
-    weight: 1
-  - pluginRef: max-score-picker
-`
-}
-
-// loadLLMDRouter is llm-d-router's config of a load study (%s: its endpoints file).
-func loadLLMDRouter(scorer, params string) string {
-	return `apiVersion: llm-d.ai/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: approx-prefix-cache-producer
-  parameters:
-    autoTune: false
-    blockSizeTokens: 64
-- type: inflight-load-producer
-- type: ` + scorer + scorerParams(params) + `
-- type: max-score-picker
-- type: file-discovery
-  parameters:
-    path: %s
-dataLayer:
-  discovery:
-    pluginRef: file-discovery
-schedulingProfiles:
-- name: default
-  plugins:
-  - pluginRef: ` + scorer + `
-    weight: 1
-  - pluginRef: max-score-picker
-`
-}
-
-func scorerParams(p string) string {
-	if p == "" {
-		return ""
+// loadPlugins are a load study's plugins besides the picker: the prefix producer, the in-flight
+// load producer and scorer with its parameters (params: one YAML line, "" for none).
+func loadPlugins(scorer, params string) string {
+	p := approxProducer + "- type: inflight-load-producer\n- type: " + scorer + "\n"
+	if params != "" {
+		p += "  parameters:\n    " + params + "\n"
 	}
-	return "\n  parameters:\n    " + p
+	return p
 }
 
 // loadWorkload returns n trials per class: each endpoint holds 0 to 3 requests.
@@ -224,16 +178,5 @@ func runLoadTrial(w *worker, t *Trial, side int) error {
 			k++
 		}
 	}
-	s, err := w.send(loadRequest(*t, w.seed, -1, w.model), nil)
-	if err != nil {
-		return fmt.Errorf("the probe: %v", err)
-	}
-	for j, ep := range w.endpoints {
-		v, ok := s[ep]
-		if !ok {
-			return fmt.Errorf("the probe's scores %v name no %s", s, ep)
-		}
-		t.Scores[side][j] = v
-	}
-	return nil
+	return w.probe(loadRequest(*t, w.seed, -1, w.model), t, side)
 }

@@ -339,6 +339,47 @@ func classSeed(name string) uint64 {
 	return h
 }
 
+// approxProducer is approx-prefix-cache-producer as every study configures it: autoTune off and
+// 64-token blocks (llm-d-router raises any smaller size to 64: approximateprefix/plugin.go,
+// minBlockSizeTokens).
+const approxProducer = `- type: approx-prefix-cache-producer
+  parameters:
+    autoTune: false
+    blockSizeTokens: 64
+`
+
+// config is the EndpointPickerConfig of a study: plugins (YAML plugin entries) and
+// max-score-picker, one profile running scorer with weight 1 and the picker. forLLMDRouter gives
+// llm-d-router's: its API group, and its file-discovery plugin reading the endpoints file named by
+// the one %s (pkg/epp/framework/plugins/datalayer/discovery/file/README.md).
+func config(plugins, scorer string, forLLMDRouter bool) string {
+	api, discovery, layer := "inference.networking.x-k8s.io/v1alpha1", "", ""
+	if forLLMDRouter {
+		api = "llm-d.ai/v1alpha1"
+		discovery = "- type: file-discovery\n  parameters:\n    path: %s\n"
+		layer = "dataLayer:\n  discovery:\n    pluginRef: file-discovery\n"
+	}
+	return "apiVersion: " + api + "\nkind: EndpointPickerConfig\nplugins:\n" + plugins + "- type: max-score-picker\n" + discovery + layer +
+		"schedulingProfiles:\n- name: default\n  plugins:\n  - pluginRef: " + scorer + "\n    weight: 1\n  - pluginRef: max-score-picker\n"
+}
+
+// probe sends q unhinted and records its scores, by endpoint index, as t.Scores[side]; scores
+// that leave out an endpoint are an error.
+func (w *worker) probe(q request, t *Trial, side int) error {
+	s, err := w.send(q, nil)
+	if err != nil {
+		return fmt.Errorf("the probe: %v", err)
+	}
+	for j, ep := range w.endpoints {
+		v, ok := s[ep]
+		if !ok {
+			return fmt.Errorf("the probe's scores %v name no %s", s, ep)
+		}
+		t.Scores[side][j] = v
+	}
+	return nil
+}
+
 // held is a request whose ext_proc stream stays open after its pick: the EPP counts it in
 // flight until the stream ends (release).
 type held struct {

@@ -29,8 +29,8 @@ var Prefix = &Study{
 	About: "Both EPPs score with approx-prefix-cache-producer (autoTune false, blockSizeTokens 64), prefix-cache-scorer and max-score-picker only. " +
 		"A trial gives each endpoint a share of one prompt (none, ¼, ½, ¾ or all of it, sent with the subset hint of that endpoint until it scores 1 there), " +
 		"then sends the whole prompt with a fresh tail, unhinted: the probe's four scores are compared.",
-	Reference:  prefixReference,
-	LLMDRouter: prefixLLMDRouter,
+	Reference:  config(prefixPlugins, "prefix-cache-scorer", false),
+	LLMDRouter: config(prefixPlugins, "prefix-cache-scorer", true),
 	Classes:    prefixClasses,
 	Workload:   prefixWorkload,
 	run:        runPrefixTrial,
@@ -58,47 +58,8 @@ var prefixClasses = []Class{
 			"blockSizeTokens×4 Unicode code points (SPEC §2.1), so a three-byte character moves every boundary after it"},
 }
 
-// prefixReference is the reference's EndpointPickerConfig for the prefix study.
-const prefixReference = `apiVersion: inference.networking.x-k8s.io/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: approx-prefix-cache-producer
-  parameters:
-    autoTune: false
-    blockSizeTokens: 64
-- type: prefix-cache-scorer
-- type: max-score-picker
-schedulingProfiles:
-- name: default
-  plugins:
-  - pluginRef: prefix-cache-scorer
-    weight: 1
-  - pluginRef: max-score-picker
-`
-
-// prefixLLMDRouter is llm-d-router's, with its file-discovery plugin (%s: the endpoints file;
-// pkg/epp/framework/plugins/datalayer/discovery/file/README.md).
-const prefixLLMDRouter = `apiVersion: llm-d.ai/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: approx-prefix-cache-producer
-  parameters:
-    autoTune: false
-    blockSizeTokens: 64
-- type: prefix-cache-scorer
-- type: max-score-picker
-- type: file-discovery
-  parameters:
-    path: %s
-dataLayer:
-  discovery:
-    pluginRef: file-discovery
-schedulingProfiles:
-- name: default
-  plugins:
-  - pluginRef: prefix-cache-scorer
-    weight: 1
-  - pluginRef: max-score-picker
+// prefixPlugins are the prefix study's plugins besides the picker.
+const prefixPlugins = approxProducer + `- type: prefix-cache-scorer
 `
 
 // prefixWorkload returns the prefix study's trials: n per class, in class order, each with its
@@ -258,18 +219,7 @@ func runPrefixTrial(w *worker, t *Trial, side int) error {
 			return fmt.Errorf("%v (scores %v)", err, last)
 		}
 	}
-	s, err := w.send(probe, nil)
-	if err != nil {
-		return fmt.Errorf("the probe: %v", err)
-	}
-	for j, ep := range w.endpoints {
-		v, ok := s[ep]
-		if !ok {
-			return fmt.Errorf("the probe's scores %v name no %s", s, ep)
-		}
-		t.Scores[side][j] = v
-	}
-	return nil
+	return w.probe(probe, t, side)
 }
 
 // asciiWords and mixedWords are the vocabularies of the prompts: ASCII words, and words with
