@@ -457,8 +457,9 @@ catalogue:
 # reference/); every white-box mutant its suite. Exit 1 when a mutant escapes the test that targets
 # it. MUTANTS_FLAGS="--only kv-ignored" runs one, "--whole-registry" runs every test for each mutant
 # (to list every test a mutant fails; each run then takes 40 s to 4 min); MUTANTS_UPSTREAM= leaves the upstream lane out (so
-# does a missing llm-d-router source snapshot: the lane is reported SKIPPED). Took 17 min 51 s on
-# this 2-core machine (2026-12-05: 5 baselines, 115 mutant runs of 0–8 s, the upstream lane included).
+# does a missing llm-d-router source snapshot: the lane is reported SKIPPED). Took 21 min 36 s on
+# this 2-core machine (2026-12-05: 5 baselines, 115 mutant runs, most of 0–8 s and the two
+# precise-prefix ones 2–3 min, the upstream lane included).
 MUTANTS_FLAGS    ?=
 MUTANTS_UPSTREAM ?= $(LLMD_ROUTER_EPP)
 MUTANTS_UPSTREAM_FLAGS = --upstream-name "llm-d-router v0.10.0" --upstream-command "$(MUTANTS_UPSTREAM)" \
