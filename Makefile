@@ -8,7 +8,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 GINKGO_FLAGS ?=
 
 .PHONY: e2e-framework conformance-cluster
-.PHONY: all build test unit suites example conformance conformance-upstream interop interop-tools $(INTEROP_RUNS) catalogue tools tools-llmd-router lint bench clean manifests image mutants flake-check e2e
+.PHONY: proto all build test unit suites example conformance conformance-upstream interop interop-tools $(INTEROP_RUNS) catalogue tools tools-llmd-router lint bench clean manifests image mutants flake-check e2e
 
 all: build
 
@@ -497,6 +497,15 @@ flake-check: build
 # mod tidy -diff prints what tidy would change; direct dependencies must be direct).
 # MUTANT_PKGS are the packages whose files differ in the eppkit_mutants build.
 MUTANT_PKGS := ./selfcheck/mutant/... ./cmd/eppkit ./reference/... ./suites/pluginstate ./suites/equivalence ./suites/dag
+## proto: regenerate internal/vllmgrpc's Go code from engine.proto (vLLM's gRPC engine API). The
+# output is committed and nothing else runs protoc (CI does not need it). Needs protoc (Debian
+# protobuf-compiler 3.21.12 made the committed files), protoc-gen-go@v1.36.12 (go.mod's
+# google.golang.org/protobuf) and protoc-gen-go-grpc@v1.6.0 on PATH:
+#   go install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+#   go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.0
+proto:
+	cd internal/vllmgrpc && PATH="$$PATH:$$($(GO) env GOPATH)/bin" $(GO) generate .
+
 lint:
 	$(GO) vet ./...
 	$(GO) vet -tags eppkit_mutants $(MUTANT_PKGS)
