@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
 	"k8s.io/utils/clock"
 
 	"github.com/eppkit/eppkit/fakes/vllm/engine"
@@ -82,6 +83,7 @@ type Server struct {
 	rng   *rand.Rand
 
 	httpSrv  *http.Server
+	grpcSrv  *grpc.Server // vLLM's gRPC engine API, served through Handler (grpcengine.go)
 	ln       net.Listener
 	done     chan struct{}
 	serveErr error
@@ -163,7 +165,13 @@ func NewServer(cfg Config, rank int, ln net.Listener, opts Options) (*Server, er
 	for i, em := range ems {
 		s.engines[i].met = em
 	}
-	s.httpSrv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second,
+	s.grpcSrv = newGRPCServer(s)
+	// HTTP/1.1 and HTTP/2 with prior knowledge (h2c) on the one port, as llm-d-inference-sim
+	// v0.10.2 serves HTTP and gRPC on its --port: gRPC clients and h2c gateways connect here.
+	protocols := new(http.Protocols)
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	s.httpSrv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, Protocols: protocols,
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
 	return s, nil
 }
@@ -342,6 +350,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // Close closes the listener and every connection at once (a crash, for tests).
 func (s *Server) Close() error {
 	err := s.httpSrv.Close()
+	s.grpcSrv.Stop() // the handler transports of open gRPC calls
 	if s.ln != nil {
 		_ = s.ln.Close()
 	}
@@ -360,7 +369,8 @@ func (s *Server) closeEngine() {
 	}
 }
 
-// Handler returns the server's HTTP handler (all endpoints, with the identity headers).
+// Handler returns the server's HTTP handler (all endpoints, with the identity headers); a gRPC
+// call (HTTP/2, content type application/grpc) goes to vLLM's gRPC engine API.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	for _, api := range []apiKind{apiCompletions, apiChat, apiMessages, apiResponses, apiEmbeddings} {
@@ -401,6 +411,10 @@ func (s *Server) Handler() http.Handler {
 		h.Set(HeaderPort, s.portS)
 		if id := r.Header.Get(HeaderRequestID); id != "" {
 			h.Set(HeaderRequestID, id)
+		}
+		if isGRPC(r) {
+			s.grpcSrv.ServeHTTP(w, r)
+			return
 		}
 		mux.ServeHTTP(w, r)
 	})
