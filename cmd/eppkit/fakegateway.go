@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -57,7 +55,7 @@ func runFakeGateway(cmd *cobra.Command, f *gateway.Flags) error {
 	if err != nil {
 		return fmt.Errorf("--listen: %w", err)
 	}
-	srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second}
+	srv := gateway.NewServer(g)
 	logger.Info("fake gateway serving", "addr", ln.Addr().String(), "epp", f.EPP, "mode", cfg.Mode, "failure-mode", cfg.FailureMode)
 	fmt.Fprintf(cmd.OutOrStdout(), "http://%s\n", ln.Addr())
 	ctx, stop := signalContext()

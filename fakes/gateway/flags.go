@@ -31,6 +31,8 @@ type Flags struct {
 	// an EPP response (--message-timeout).
 	BodyChunkSize, StatusOnError int
 	MessageTimeout               time.Duration
+	// AppProtocol is the pool's appProtocol (--app-protocol): http or kubernetes.io/h2c.
+	AppProtocol string
 }
 
 // AddFlags binds f to fs with the fake gateway's flag names and defaults.
@@ -41,6 +43,7 @@ func (f *Flags) AddFlags(fl *pflag.FlagSet) {
 	fl.StringVar(&f.Mode, "mode", "strict", "strict, lenient or round-robin")
 	fl.StringVar(&f.FailureMode, "failure-mode", "close", "close (local reply 500/504) or open (round-robin over --endpoints)")
 	fl.StringVar(&f.Endpoints, "endpoints", "", "Pool addresses ip:port,... for fail-open and round-robin")
+	fl.StringVar(&f.AppProtocol, "app-protocol", AppProtocolHTTP, "The InferencePool's appProtocol: http (HTTP/1.1 to the endpoints) or kubernetes.io/h2c (HTTP/2 prior knowledge, e.g. vLLM's gRPC API)")
 	fl.IntVar(&f.BodyChunkSize, "body-chunk-size", DefaultBodyChunkSize, "Bytes per ext_proc body chunk")
 	fl.DurationVar(&f.MessageTimeout, "message-timeout", DefaultMessageTimeout, "Bound on each wait for an EPP response")
 	fl.IntVar(&f.StatusOnError, "status-on-error", DefaultStatusOnError, "Local-reply status when the EPP fails (fail-close)")
@@ -90,11 +93,15 @@ func (f *Flags) Config(logger *slog.Logger) (Config, error) {
 			return Config{}, fmt.Errorf("--epp %q: want host:port", f.EPP)
 		}
 	}
+	if f.AppProtocol != AppProtocolHTTP && f.AppProtocol != AppProtocolH2C {
+		return Config{}, fmt.Errorf("--app-protocol must be %s or %s, got %q", AppProtocolHTTP, AppProtocolH2C, f.AppProtocol)
+	}
 	if f.MessageTimeout <= 0 {
 		return Config{}, fmt.Errorf("--message-timeout must be positive, got %v", f.MessageTimeout)
 	}
 	return Config{
 		EPPAddress: f.EPP, EPPTLS: tlsCfg, Mode: mode, FailureMode: fm, Endpoints: endpoints,
 		BodyChunkSize: f.BodyChunkSize, MessageTimeout: f.MessageTimeout, StatusOnError: f.StatusOnError, HeaderSemantics: sem, Logger: logger,
+		AppProtocol: f.AppProtocol,
 	}, nil
 }

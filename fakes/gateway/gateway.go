@@ -188,11 +188,22 @@ type Config struct {
 	HeaderSemantics extprocclient.HeaderSemantics
 	// Logger receives one line per failure; default discards.
 	Logger *slog.Logger
+	// AppProtocol is the InferencePool's spec.appProtocol (GIE api/v1 inferencepool_types.go):
+	// AppProtocolHTTP or "" (default) forwards over HTTP/1.1, AppProtocolH2C over HTTP/2 with
+	// prior knowledge (GIE #2162), which is how a gRPC model server (vLLM's gRPC engine API) is
+	// reached. The client side always accepts both (NewServer).
+	AppProtocol string
 	// Dial, when set, opens every connection the gateway makes — to the EPP and to the endpoints
 	// — for an "ip:port" address, e.g. through a Kubernetes port-forward to the pod with that IP
 	// (suites/e2e on kind); nil dials the address directly.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
+
+// The InferencePool appProtocol values (GIE v1.5.0 api/v1 AppProtocolHTTP, AppProtocolH2C).
+const (
+	AppProtocolHTTP = "http"
+	AppProtocolH2C  = "kubernetes.io/h2c"
+)
 
 // Gateway is the data plane. It is an http.Handler; Do serves programmatic requests.
 type Gateway struct {
@@ -233,6 +244,9 @@ func New(cfg Config) (*Gateway, error) {
 			return nil, fmt.Errorf("gateway: EPPAddress %q: %w", cfg.EPPAddress, err)
 		}
 	}
+	if cfg.AppProtocol != "" && cfg.AppProtocol != AppProtocolHTTP && cfg.AppProtocol != AppProtocolH2C {
+		return nil, fmt.Errorf("gateway: AppProtocol %q must be %q, %q or empty (http)", cfg.AppProtocol, AppProtocolHTTP, AppProtocolH2C)
+	}
 	if cfg.BodyChunkSize < 0 || cfg.BodyChunkSize > MaxBodyChunkSize {
 		return nil, fmt.Errorf("gateway: BodyChunkSize %d must be in 1–%d bytes (0 means %d)", cfg.BodyChunkSize, MaxBodyChunkSize, DefaultBodyChunkSize)
 	}
@@ -267,6 +281,12 @@ func New(cfg Config) (*Gateway, error) {
 			IdleConnTimeout:     90 * time.Second,
 			DisableCompression:  true, // bytes pass through as the model server wrote them
 		},
+	}
+	if cfg.AppProtocol == AppProtocolH2C {
+		// HTTP/2 with prior knowledge only: an h2c pool is never spoken to in HTTP/1.1.
+		p := new(http.Protocols)
+		p.SetUnencryptedHTTP2(true)
+		g.transport.Protocols = p
 	}
 	var dialOpts []grpc.DialOption
 	if cfg.Dial != nil {
@@ -378,6 +398,16 @@ func (g *Gateway) Do(ctx context.Context, req *Request) (*Result, error) {
 		out.err = ctx.Err()
 	}
 	return res, out.err
+}
+
+// NewServer returns an http.Server for g that accepts HTTP/1.1 and HTTP/2 with prior knowledge
+// (h2c) on one listener, as Envoy's listeners for GIE do: gRPC clients connect to it as they
+// connect to a gRPC server.
+func NewServer(g *Gateway) *http.Server {
+	p := new(http.Protocols)
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	return &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second, Protocols: p}
 }
 
 // ServeHTTP is the data plane.

@@ -288,6 +288,12 @@ func (g *Gateway) roundRobin(ctx context.Context, in *inbound, out sink, failedO
 	out.WriteHeader(resp.StatusCode)
 	if err := copyFlush(out, resp.Body); err != nil {
 		res.err, res.aborted = err, true
+		return res
+	}
+	for k, vs := range resp.Trailer { // a gRPC server's grpc-status among them
+		for _, v := range vs {
+			out.Header().Add(http.TrailerPrefix+k, v)
+		}
 	}
 	return res
 }
@@ -321,6 +327,11 @@ func (g *Gateway) forward(ctx context.Context, method, path, host string, hdr ht
 			return nil, "", err
 		}
 		req.Header = hdr.Clone()
+		if g.cfg.AppProtocol == AppProtocolH2C && isGRPC(req.Header) {
+			// The one TE value HTTP/2 allows; gRPC servers expect it (PROTOCOL-HTTP2.md), and
+			// Envoy sends it to gRPC upstreams. Stripped above as a hop-by-hop header.
+			req.Header.Set("Te", "trailers")
+		}
 		req.Host = host
 		req.ContentLength = int64(len(body))
 		if len(body) == 0 {
@@ -336,6 +347,13 @@ func (g *Gateway) forward(ctx context.Context, method, path, host string, hdr ht
 		}
 	}
 	return nil, "", errors.Join(errs...)
+}
+
+// isGRPC reports whether a request's content type is gRPC's ("application/grpc", optionally
+// followed by "+proto" or ";…").
+func isGRPC(h http.Header) bool {
+	ct := h.Get("Content-Type")
+	return ct == "application/grpc" || strings.HasPrefix(ct, "application/grpc+") || strings.HasPrefix(ct, "application/grpc;")
 }
 
 // eppRequestHeaders are the headers Envoy sends to ext_proc: pseudo-headers, then the client's
