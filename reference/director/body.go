@@ -20,6 +20,9 @@ const (
 	APIOther           = framework.APIOther
 	APICountTokens     = framework.APICountTokens
 	APIGenerate        = framework.APIGenerate
+	// APIVLLMGRPCGenerate and APIVLLMGRPCEmbed are vLLM's gRPC engine API (vllmgrpc.go).
+	APIVLLMGRPCGenerate = framework.APIVLLMGRPCGenerate
+	APIVLLMGRPCEmbed    = framework.APIVLLMGRPCEmbed
 )
 
 // ParsedBody is a request body after ParseBody.
@@ -44,7 +47,9 @@ type ParsedBody struct {
 // vllmhttp), so provider prefixes such as /v1/projects/p/.../chat/completions work:
 // "/responses", "/chat/completions" and "/chat/completions/render" (chat), "/completions" and
 // "/completions/render" (completions), "/embeddings", "/messages" (Anthropic),
-// "/messages/count_tokens", "/inference/v1/generate" (vLLM). Any other non-empty path is
+// "/messages/count_tokens", "/inference/v1/generate" (vLLM), and vLLM's gRPC engine API
+// "/vllm.grpc.engine.VllmEngine/Generate", "…/Embed" and any other method of that service
+// (APIVLLMGRPCOther; vllmgrpc.go). Any other non-empty path is
 // APIOther (upstream's "/conversations" and "/images/generations" among them: routed with only
 // the common rules); an empty path (no ":path" header) is "", which ParseBody treats as
 // upstream does a request without a path (completions, or chat when the body has "messages").
@@ -56,6 +61,9 @@ func APIFromPath(path string) framework.API {
 		return ""
 	}
 	path = strings.TrimRight(path, "/")
+	if api := vllmGRPCAPI(path); api != "" {
+		return api
+	}
 	switch {
 	case strings.HasSuffix(path, "/responses"):
 		return APIResponses
@@ -98,10 +106,15 @@ func APIFromPath(path string) framework.API {
 //   - OpenAI Responses "input": a non-empty string or a non-empty array of item objects (an
 //     item's "type", when present, a string; a message item's "content" a string or an array of
 //     content-part objects with a string "type"); "instructions" a string; "tools" an array;
-//   - APIOther: only the rules common to every API (SPEC §9.1: routed without prompt validation).
+//   - APIOther: only the rules common to every API (SPEC §9.1: routed without prompt validation);
+//   - vLLM's gRPC engine API: not JSON but one gRPC frame holding a protobuf message, with its
+//     own rules (parseVLLMGRPC); no "model".
 //
 // Unknown fields are kept (they are the model server's business) and never rejected.
 func ParseBody(api framework.API, body []byte) (*ParsedBody, error) {
+	if isVLLMGRPC(api) {
+		return parseVLLMGRPC(api, body)
+	}
 	trimmed := bytes.TrimSpace(body)
 	if len(trimmed) == 0 || trimmed[0] != '{' {
 		return nil, badBody("must be a JSON object")

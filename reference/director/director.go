@@ -379,7 +379,8 @@ func (d *Director) HandleRequest(ctx context.Context, in *Input) (res *Result, e
 			// director.go modelRewriteIfNeeded skips payloads it cannot re-marshal).
 			req.TargetModel = parsed.Model
 		}
-		if req.TargetModel != parsed.Model {
+		if req.TargetModel != parsed.Model && !isVLLMGRPC(parsed.API) {
+			// A gRPC engine request names no model: there is nothing to rewrite in its body.
 			b, mErr := parsed.WithModel(req.TargetModel)
 			if mErr != nil {
 				return nil, fmt.Errorf("rewriting the body's model: %v: %w", mErr, framework.ErrInternal)

@@ -54,6 +54,15 @@ const (
 	// parsers/vllmhttp): "token_ids" must be a non-empty array of token ids; routed without
 	// prefix affinity.
 	APIGenerate API = "inference/v1/generate"
+	// APIVLLMGRPCGenerate is vLLM's gRPC engine API, method Generate (path
+	// /vllm.grpc.engine.VllmEngine/Generate, HTTP/2, content-type application/grpc; llm-d-router
+	// v0.10.0 parsers/vllmgrpc, plugin type vllmgrpc-parser): the body is one gRPC frame holding
+	// a protobuf GenerateRequest, which names no model. Its prompt is read into Completions
+	// (text, or token ids), so prefix affinity treats it as a completions prompt.
+	APIVLLMGRPCGenerate API = "vllm.grpc.engine.VllmEngine/Generate"
+	// APIVLLMGRPCEmbed is vLLM's gRPC engine API, method Embed (same parser): a framed protobuf
+	// EmbedRequest whose token ids are read into Embeddings.
+	APIVLLMGRPCEmbed API = "vllm.grpc.engine.VllmEngine/Embed"
 	// APIOther is any other path with a JSON body: only "model" is read and the request is
 	// routed without prefix affinity.
 	APIOther API = "other"
