@@ -172,7 +172,7 @@ func TestReportRoundTrip(t *testing.T) {
 					FailedTests: []string{"Prefix"}},
 				SupportedFeatures: []string{"PrefixCacheAffinity"}, UnsupportedFeatures: []string{"OpenAIRequestParsing",
 					"QueueAwareness", "KVCacheAwareness", "LoRAAffinity", "PredictedLatency", "RequestShedding",
-					"EndpointChurn", "DataParallelRanks", "SubsetHintIPMatching", "HighAvailability", "PrecisePrefixCache", "EndpointScores", "SessionAffinity", "FlowControl"}}}},
+					"EndpointChurn", "DataParallelRanks", "SubsetHintIPMatching", "HighAvailability", "PrecisePrefixCache", "EndpointScores", "SessionAffinity", "FlowControl", "VLLMGRPC"}}}},
 	} {
 		t.Run(string(tc.p), func(t *testing.T) {
 			b, err := MarshalReport(BuildReport(tc.p, meta, res, judge(meta, res)))

@@ -113,6 +113,11 @@ const (
 	// x-llm-d-request-dropped-reason (llm-d-router v0.10.0 pkg/epp/flowcontrol;
 	// docs/request-surface.md §6).
 	FeatureFlowControl Feature = "FlowControl"
+	// FeatureVLLMGRPC: vLLM's gRPC engine API (vllm.grpc.engine.VllmEngine/Generate, one gRPC
+	// frame holding a protobuf GenerateRequest) is routed on a pool whose appProtocol is
+	// kubernetes.io/h2c, token-id prompts hashed by their ids (llm-d-router v0.10.0
+	// vllmgrpc-parser; GIE #2162).
+	FeatureVLLMGRPC Feature = "VLLMGRPC"
 
 	// The EPP-Production features (ProductionFeatures).
 
@@ -151,7 +156,7 @@ var AllFeatures = append([]Feature{
 	FeatureKVCacheAwareness, FeatureLoRAAffinity, FeaturePredictedLatency,
 	FeatureRequestShedding, FeatureEndpointChurn, FeatureDataParallelRanks,
 	FeatureSubsetHintIPMatching, FeatureHighAvailability, FeaturePrecisePrefixCache, FeatureEndpointScores,
-	FeatureSessionAffinity, FeatureFlowControl,
+	FeatureSessionAffinity, FeatureFlowControl, FeatureVLLMGRPC,
 }, ProductionFeatures...)
 
 // ProductionFeatures are the features of the EPP-Production profile, in a stable order; every
