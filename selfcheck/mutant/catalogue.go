@@ -135,6 +135,8 @@ const (
 	ImagesRefused                Name = "images-refused"
 	CountTokensModelRequired     Name = "count-tokens-model-required"
 	GenerateRefused              Name = "generate-refused"
+	// vLLM's gRPC engine API (issue 35 item 4).
+	GRPCRefused Name = "grpc-refused"
 )
 
 // Mutant describes one mutant for the matrix.
@@ -311,6 +313,8 @@ var catalogue = []Mutant{
 		Via: Interceptor, Where: "selfcheck/mutant/interceptor: a count_tokens body without a model is answered with 400", Kind: BlackBox, Target: "AnthropicCountTokensRouted"},
 	{Name: GenerateRefused, Breaks: "/inference/v1/generate is routed (SPEC §10, upstream: vllmhttp-parser)",
 		Via: Interceptor, Where: "selfcheck/mutant/interceptor: an /inference/v1/generate request is answered with 400", Kind: BlackBox, Target: "VLLMGenerateRouted"},
+	{Name: GRPCRefused, Breaks: "vLLM gRPC Generate calls on an h2c pool are routed (llm-d-router v0.10.0 vllmgrpc-parser)",
+		Via: Interceptor, Where: "selfcheck/mutant/interceptor: a /vllm.grpc.engine.VllmEngine/Generate request is answered with 400, as by an EPP that reads every body as JSON", Kind: BlackBox, Target: "VLLMGRPCRouted"},
 	{Name: PluginStateScoreOnly, Breaks: "the prefix producer writes its plugin state in PrepareData, so the pick is indexed without a prefix scorer (GIE PR #2005, SPEC §1)",
 		Via: Plugin, Where: "selfcheck/mutant/wrap: approx-prefix-cache-producer wrapped, its plugin-state entry deleted when PrepareData ends", Kind: WhiteBox, Suite: "pluginstate",
 		Target: "the only profile has no prefix scorer should hold: PreRequest indexes the pick"},

@@ -486,6 +486,10 @@ func TestEachMutantBreaksItsRule(t *testing.T) {
 		mutant.GenerateRefused: func(t *testing.T, st *extprocclient.Stream, _ *extproctest.Server) {
 			mustRefuse400(t, st, requestTo("/inference/v1/generate", `{"model":"m","token_ids":[1]}`))
 		},
+		mutant.GRPCRefused: func(t *testing.T, st *extprocclient.Stream, _ *extproctest.Server) {
+			mustRoute(t, st, requestTo("/inference/v1/generate", `{"model":"m","token_ids":[1]}`))
+			mustRefuse400(t, st, requestTo("/vllm.grpc.engine.VllmEngine/Generate", "\x00\x00\x00\x00\x03\x1a\x01x"))
+		},
 		mutant.PromptListRefused: func(t *testing.T, st *extprocclient.Stream, _ *extproctest.Server) {
 			mustRoute(t, st, requestTo("/v1/completions", `{"model":"m","prompt":"one"}`))
 			mustRoute(t, st, requestTo("/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":["x"]}]}`))

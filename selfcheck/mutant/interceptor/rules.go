@@ -351,6 +351,13 @@ var rules = map[mutant.Name]rule{
 		}
 		return ""
 	}),
+	// A gRPC Generate body (a 5-byte frame header, then protobuf) is refused as malformed JSON.
+	mutant.GRPCRefused: refuseWhen(func(path string, _ []byte) string {
+		if pathIs(path, "/vllm.grpc.engine.VllmEngine/Generate") {
+			return "request body: must be a JSON object"
+		}
+		return ""
+	}),
 
 	// Every request header the EPP sets is marked APPEND_IF_EXISTS_OR_ADD (the proto's zero
 	// value): a gateway that honours append_action keeps the client's value beside the EPP's.
