@@ -42,6 +42,14 @@ type SidePoolSource interface {
 	StartSidePool(ctx context.Context, name string, addrs []string) (Env, error)
 }
 
+// AppProtocolSidePoolSource is implemented by sources whose pools carry an application protocol
+// (apiserver: the InferencePool's spec.appProtocol, GIE v1.5.0 api/v1). A source without it
+// (static: the EPP is given addresses only) presents a FleetVariant.AppProtocol pool as any other.
+type AppProtocolSidePoolSource interface {
+	// StartSidePoolAppProtocol is StartSidePool with the pool's appProtocol set.
+	StartSidePoolAppProtocol(ctx context.Context, name string, addrs []string, appProtocol string) (Env, error)
+}
+
 // SidePoolNamespace is the namespace of the side pool named name in a source with namespaces
 // (apiserver): a namespace of its own, named after the pool, so the run's objects (objectives,
 // rewrites) are written again there and no EPP sees another pool's Pods by namespace.
@@ -90,7 +98,7 @@ func (s *Suite) StartDataParallelPool(t TestingT, pods, ranks int) *DataParallel
 	if !loopback {
 		pods = 1
 	}
-	sp := s.startSidePool(t, "dp", pods, base, nil, !loopback, "", false)
+	sp := s.startSidePool(t, "dp", pods, base, nil, !loopback, "", false, "")
 	dp := &DataParallelPool{Ranks: ranks, Fleet: sp.fleet, Gateway: sp.gateway, Endpoints: sp.endpoints, TargetAddress: sp.targetAddress}
 	return dp
 }
@@ -127,6 +135,10 @@ type FleetVariant struct {
 	// instead of the run's (written to a file that is removed in Cleanup): a feature that needs
 	// an EPP configured otherwise than for the rest of the run (flow control).
 	Config []byte
+	// AppProtocol is the pool's appProtocol ("" = http): "kubernetes.io/h2c" makes the variant's
+	// gateway forward over HTTP/2 with prior knowledge, and a source that describes pools
+	// (AppProtocolSidePoolSource) writes it into the InferencePool. Not with SharedNamespace.
+	AppProtocol string
 	// SharedNamespace puts the variant's pool in the run's namespace, beside the run's pool, as
 	// two InferencePools of one namespace are in a cluster, when the source can
 	// (SharedNamespaceSidePoolSource; otherwise the pool gets SidePoolNamespace as usual): an EPP
@@ -178,7 +190,10 @@ func (s *Suite) StartVariantPool(t TestingT, v FleetVariant) *Suite {
 		}
 		configFile = f.Name()
 	}
-	sp := s.startSidePool(t, v.Name, v.Pods, base, v.Configure, false, configFile, v.SharedNamespace)
+	if v.AppProtocol != "" && v.SharedNamespace {
+		t.Fatalf("fleet variant %s: AppProtocol and SharedNamespace together are not supported", v.Name)
+	}
+	sp := s.startSidePool(t, v.Name, v.Pods, base, v.Configure, false, configFile, v.SharedNamespace, v.AppProtocol)
 	child := &Suite{Timeouts: s.Timeouts, Seed: s.Seed, Gateway: sp.gateway, Fleet: sp.fleet, ModelName: s.ModelName,
 		TargetAddress: sp.targetAddress, TargetTLS: s.TargetTLS, HealthAddress: sp.healthAddress, HealthTLS: s.HealthTLS,
 		MetricsAddress: sp.metricsAddress, TargetName: s.TargetName + " (" + v.Name + " pool)", Source: sp.env,
@@ -218,8 +233,9 @@ type sidePool struct {
 // DataParallelIPPrefix, a pool of every rank's ip:port in the run's SidePoolSource, a new
 // target instance for it with the run's config file (configFile when not ""), and a strict gateway; it waits until the
 // EPP is ready and registers every stop in t.Cleanup. distinct puts the pods on distinct ports
-// of 127.0.0.1; shared asks for the run's namespace (FleetVariant.SharedNamespace).
-func (s *Suite) startSidePool(t TestingT, label string, pods int, base vllm.Config, configure func(int, *vllm.Config), distinct bool, configFile string, shared bool) *sidePool {
+// of 127.0.0.1; shared asks for the run's namespace (FleetVariant.SharedNamespace); appProtocol is
+// the pool's (FleetVariant.AppProtocol).
+func (s *Suite) startSidePool(t TestingT, label string, pods int, base vllm.Config, configure func(int, *vllm.Config), distinct bool, configFile string, shared bool, appProtocol string) *sidePool {
 	t.Helper()
 	is := s.target.(InstanceStarter)
 	sps := s.source.(SidePoolSource)
@@ -252,8 +268,11 @@ func (s *Suite) startSidePool(t TestingT, label string, pods int, base vllm.Conf
 	}
 
 	poolName := fmt.Sprintf("%s-%s%d", DefaultPoolName, label, n)
+	aps, describesProtocol := s.source.(AppProtocolSidePoolSource)
 	if ss, ok := s.source.(SharedNamespaceSidePoolSource); ok && shared {
 		sp.env, err = ss.StartSidePoolShared(ctx, poolName, sp.endpoints)
+	} else if appProtocol != "" && describesProtocol {
+		sp.env, err = aps.StartSidePoolAppProtocol(ctx, poolName, sp.endpoints, appProtocol)
 	} else {
 		sp.env, err = sps.StartSidePool(ctx, poolName, sp.endpoints)
 	}
@@ -304,7 +323,8 @@ func (s *Suite) startSidePool(t TestingT, label string, pods int, base vllm.Conf
 		log = slog.New(slog.DiscardHandler)
 	}
 	sp.gateway, err = gateway.New(gateway.Config{EPPAddress: addrs.GRPC, EPPTLS: s.TargetTLS, Mode: gateway.ModeStrict,
-		Endpoints: sp.endpoints, MessageTimeout: s.Timeouts.Request.D(), Stalls: s.Stalls, Logger: slog.New(errorsOnly{log.Handler()})})
+		Endpoints: sp.endpoints, MessageTimeout: s.Timeouts.Request.D(), Stalls: s.Stalls, Logger: slog.New(errorsOnly{log.Handler()}),
+		AppProtocol: appProtocol})
 	if err != nil {
 		t.Fatalf("gateway for the %s pool: %v", label, err)
 	}

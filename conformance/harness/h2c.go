@@ -15,9 +15,10 @@ import (
 // the listener's host:port; everything stops in t.Cleanup. The fake vLLM and llm-d-inference-sim
 // serve gRPC on their HTTP port, so the run's fleet is an h2c pool as it is.
 //
-// The endpoint source still describes the pool as the run started it: with the apiserver source
-// the InferencePool object keeps its appProtocol (an EPP that selects its parser by the pool's
-// appProtocol rather than by the request path does not see h2c there).
+// On a FleetVariant pool with AppProtocol kubernetes.io/h2c the endpoint source describes the pool
+// so (apiserver: the InferencePool's spec.appProtocol). On the run's own pool the source
+// describes it as the run started it (appProtocol unset, i.e. http): an EPP that selects its
+// parser by the pool's appProtocol rather than by the request path would not see h2c there.
 func (s *Suite) H2CGateway(t TestingT) string {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)

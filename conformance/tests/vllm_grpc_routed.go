@@ -34,7 +34,9 @@ func init() {
 		Features: []conformance.Feature{conformance.FeatureVLLMGRPC, conformance.FeaturePrefixCacheAffinity},
 		Preconditions: []string{"the EPP parses vLLM's gRPC engine API bodies (llm-d-router v0.10.0: the vllmgrpc-parser, claimed for h2c pools)",
 			"the model servers serve vLLM's gRPC engine API on the pool's port (the fake vLLM and llm-d-inference-sim v0.10.2 do)",
-			"prefix-cache affinity as in PrefixCacheAffinity, token-id prompts hashed by their ids"},
+			"prefix-cache affinity as in PrefixCacheAffinity, token-id prompts hashed by their ids",
+			"a pool of its own with appProtocol kubernetes.io/h2c (the apiserver source writes it into the InferencePool) and its own instance " +
+				"of the EPP (the run's config): the reference and command targets; the address and cluster targets send the calls to the run's pool"},
 		Source: "llm-d-router v0.10.0 pkg/epp/framework/plugins/requesthandling/parsers/vllmgrpc/vllmgrpc.go (GenerateRequest: " +
 			"text → prompt, tokenized.input_ids → token ids); GIE v1.5.0 api/v1 InferencePool spec.appProtocol kubernetes.io/h2c (GIE #2162)",
 		Run: runVLLMGRPCRouted,
@@ -96,8 +98,18 @@ func tokenizedRequest(ids []int, stream bool) *vllmgrpc.GenerateRequest {
 }
 
 func runVLLMGRPCRouted(t harness.TestingT, s *harness.Suite) {
-	pool := requireEndpoints(t, s, 2)
 	r := s.Rand(t)
+	// An InferencePool with appProtocol kubernetes.io/h2c: a pool of its own with its own EPP
+	// instance (the run's config), so a source that describes pools (apiserver) writes the
+	// appProtocol the EPP reads. A run that cannot start one (the address and cluster targets)
+	// uses its own pool: the fakes serve gRPC on their HTTP port, so it is an h2c pool as well,
+	// for an EPP that chooses its parser by the request's path.
+	if why := s.SidePoolUnsupported(); why == "" {
+		s = s.StartVariantPool(t, harness.FleetVariant{Name: "h2c", Pods: variantPods, AppProtocol: gateway.AppProtocolH2C})
+	} else {
+		t.Logf("gRPC calls go to the run's own pool (%s)", why)
+	}
+	pool := requireEndpoints(t, s, 2)
 	cc, err := grpc.NewClient(s.H2CGateway(t), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatalf("gRPC client to the h2c gateway: %v", err)

@@ -214,7 +214,7 @@ func TestControlPlanePoolAndPods(t *testing.T) {
 
 	// A second pool in the same control plane, of pods with data-parallel ranks: one targetPort
 	// per rank, ascending, and every port on the Pod's container.
-	side, err := NewPool(ctx, env.ControlPlane, Options{PoolName: "pool-dp", PoolNamespace: "ns-a",
+	side, err := NewPool(ctx, env.ControlPlane, Options{PoolName: "pool-dp", PoolNamespace: "ns-a", AppProtocol: "kubernetes.io/h2c",
 		Endpoints: []string{"127.0.11.1:8001", "127.0.11.1:8000", "127.0.11.2:8000", "127.0.11.2:8001"}})
 	if err != nil {
 		t.Fatalf("NewPool with ranks: %v", err)
@@ -227,6 +227,12 @@ func TestControlPlanePoolAndPods(t *testing.T) {
 	gotPorts, _, _ = unstructured.NestedSlice(dpPool.Object, "spec", "targetPorts")
 	if diff := cmp.Diff([]any{map[string]any{"number": int64(8000)}, map[string]any{"number": int64(8001)}}, gotPorts); diff != "" {
 		t.Errorf("InferencePool pool-dp targetPorts (-want +got):\n%s", diff)
+	}
+	if got, _, _ := unstructured.NestedString(dpPool.Object, "spec", "appProtocol"); got != "kubernetes.io/h2c" {
+		t.Errorf("InferencePool pool-dp appProtocol %q, want kubernetes.io/h2c (Options.AppProtocol)", got)
+	}
+	if got, _, _ := unstructured.NestedString(pool.Object, "spec", "appProtocol"); got != "http" {
+		t.Errorf("InferencePool without Options.AppProtocol has appProtocol %q, want the CRD's default http", got)
 	}
 	pod, err := cs.CoreV1().Pods("ns-a").Get(ctx, PodNameFor("pool-dp", "127.0.11.2"), metav1.GetOptions{})
 	if err != nil {

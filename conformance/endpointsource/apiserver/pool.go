@@ -72,6 +72,9 @@ type Options struct {
 	ModelRewrites []ModelRewrite
 	// EndpointPickerPort is spec.endpointPickerRef.port.number (0 = DefaultEndpointPickerPort).
 	EndpointPickerPort int
+	// AppProtocol is spec.appProtocol ("" leaves it to the CRD's default, "http";
+	// "kubernetes.io/h2c" for a gRPC pool, GIE v1.5.0 api/v1 AppProtocolH2C).
+	AppProtocol string
 	// ControlPlane configures the etcd + kube-apiserver processes.
 	ControlPlane ControlPlaneOptions
 }
@@ -225,6 +228,9 @@ func (e *Env) populate(ctx context.Context, opts Options, ips []string) error {
 			"endpointPickerRef": map[string]any{"name": e.PoolName + "-epp", "port": map[string]any{"number": int64(opts.EndpointPickerPort)}},
 		},
 	}}
+	if opts.AppProtocol != "" {
+		pool.Object["spec"].(map[string]any)["appProtocol"] = opts.AppProtocol
+	}
 	pool.SetGroupVersionKind(InferencePoolGVK)
 	if err := e.Client.Create(ctx, pool); err != nil {
 		return fmt.Errorf("apiserver: create InferencePool %s/%s: %w", e.PoolNamespace, e.PoolName, err)

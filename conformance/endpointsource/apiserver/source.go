@@ -116,6 +116,23 @@ func (s *Source) StartSidePool(ctx context.Context, name string, addrs []string)
 	return harness.Env{Kubeconfig: side.KubeconfigPath, PoolName: side.PoolName, PoolNamespace: side.PoolNamespace}, nil
 }
 
+var _ harness.AppProtocolSidePoolSource = (*Source)(nil)
+
+// StartSidePoolAppProtocol implements harness.AppProtocolSidePoolSource: StartSidePool with the
+// InferencePool's spec.appProtocol set to appProtocol.
+func (s *Source) StartSidePoolAppProtocol(ctx context.Context, name string, addrs []string, appProtocol string) (harness.Env, error) {
+	env := s.Env()
+	if env == nil {
+		return harness.Env{}, errors.New("apiserver endpoint source: StartSidePoolAppProtocol before Start")
+	}
+	side, err := NewPool(ctx, env.ControlPlane, Options{PoolName: name, PoolNamespace: harness.SidePoolNamespace(name), Endpoints: addrs,
+		Objectives: s.Options.Objectives, AppProtocol: appProtocol})
+	if err != nil {
+		return harness.Env{}, err
+	}
+	return harness.Env{Kubeconfig: side.KubeconfigPath, PoolName: side.PoolName, PoolNamespace: side.PoolNamespace}, nil
+}
+
 // StartSidePoolShared implements harness.SharedNamespaceSidePoolSource: StartSidePool with the
 // pool in the run's namespace, beside the run's pool (the run's objectives are already there).
 func (s *Source) StartSidePoolShared(ctx context.Context, name string, addrs []string) (harness.Env, error) {
