@@ -136,7 +136,8 @@ const (
 	CountTokensModelRequired     Name = "count-tokens-model-required"
 	GenerateRefused              Name = "generate-refused"
 	// vLLM's gRPC engine API (issue 35 item 4).
-	GRPCRefused Name = "grpc-refused"
+	GRPCRefused        Name = "grpc-refused"
+	GRPCPromptUnhashed Name = "grpc-prompt-unhashed"
 )
 
 // Mutant describes one mutant for the matrix.
@@ -315,6 +316,8 @@ var catalogue = []Mutant{
 		Via: Interceptor, Where: "selfcheck/mutant/interceptor: an /inference/v1/generate request is answered with 400", Kind: BlackBox, Target: "VLLMGenerateRouted"},
 	{Name: GRPCRefused, Breaks: "vLLM gRPC Generate calls on an h2c pool are routed (llm-d-router v0.10.0 vllmgrpc-parser)",
 		Via: Interceptor, Where: "selfcheck/mutant/interceptor: a /vllm.grpc.engine.VllmEngine/Generate request is answered with 400, as by an EPP that reads every body as JSON", Kind: BlackBox, Target: "VLLMGRPCRouted"},
+	{Name: GRPCPromptUnhashed, Breaks: "a vLLM gRPC Generate call's token ids take part in the prefix hash (llm-d-router v0.10.0 vllmgrpc-parser: tokenized.input_ids become the prompt's token ids)",
+		Via: Plugin, Where: "selfcheck/mutant/wrap: approx-prefix-cache-producer wrapped, a gRPC Generate call reaches it without its prompt (routed as an opaque payload, no blocks)", Kind: BlackBox, Target: "VLLMGRPCRouted"},
 	{Name: PluginStateScoreOnly, Breaks: "the prefix producer writes its plugin state in PrepareData, so the pick is indexed without a prefix scorer (GIE PR #2005, SPEC §1)",
 		Via: Plugin, Where: "selfcheck/mutant/wrap: approx-prefix-cache-producer wrapped, its plugin-state entry deleted when PrepareData ends", Kind: WhiteBox, Suite: "pluginstate",
 		Target: "the only profile has no prefix scorer should hold: PreRequest indexes the pick"},

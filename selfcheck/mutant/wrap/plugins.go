@@ -41,6 +41,8 @@ var pluginMutants = map[mutant.Name]struct {
 	mutant.PartsHashedAsText:      {prefix.ProducerType, producerWithCompat(prefix.HashCompat{V150Chat: true})},
 	mutant.PartialBlockDropped:    {prefix.ProducerType, producerWithCompat(prefix.HashCompat{NoPartialBlock: true})},
 	mutant.StateKeyedByXRequestID: {prefix.ProducerType, producerSeeing(keyedByXRequestID)},
+	// vLLM's gRPC engine API (issue 35).
+	mutant.GRPCPromptUnhashed: {prefix.ProducerType, producerSeeing(withoutGRPCPrompt)},
 	// KV events (issue 35).
 	mutant.PreciseEventsIgnored:   {preciseprefix.PluginType, preciseEventsIgnored},
 	mutant.PreciseRemovalsIgnored: {preciseprefix.PluginType, preciseRemovalsIgnored},
@@ -246,6 +248,18 @@ func withoutTokenIDs(req *framework.LLMRequest) *framework.LLMRequest {
 	default:
 		return req
 	}
+	cp.Body = &body
+	return &cp
+}
+
+// withoutGRPCPrompt is req with a vLLM gRPC Generate call's prompt removed: what an EPP that
+// routes gRPC calls as opaque payloads hashes (nothing).
+func withoutGRPCPrompt(req *framework.LLMRequest) *framework.LLMRequest {
+	if req.Body == nil || req.Body.API != framework.APIVLLMGRPCGenerate || req.Body.Completions == nil {
+		return req
+	}
+	cp, body := *req, *req.Body
+	body.Completions = nil
 	cp.Body = &body
 	return &cp
 }

@@ -473,6 +473,19 @@ func TestProducerMutantsBreakTheirRule(t *testing.T) {
 			}
 		}
 	})
+	t.Run(string(mutant.GRPCPromptUnhashed), func(t *testing.T) {
+		for _, m := range []mutant.Name{"", mutant.GRPCPromptUnhashed} {
+			prepare, _ := prefixRun(t, m)
+			grpcBody := &framework.LLMRequestBody{API: framework.APIVLLMGRPCGenerate, Completions: &framework.CompletionsRequest{TokenIDs: make([]uint32, 64)}}
+			if _, total := prepare(&framework.LLMRequest{RequestID: "g", TargetModel: "m", Body: grpcBody}); (total > 0) != (m == "") {
+				t.Errorf("mutant %q: a gRPC Generate call's token ids hashed into %d blocks", m, total)
+			}
+			http := &framework.LLMRequestBody{API: framework.APICompletions, Completions: &framework.CompletionsRequest{TokenIDs: make([]uint32, 64)}}
+			if _, total := prepare(&framework.LLMRequest{RequestID: "h", TargetModel: "m", Body: http}); total == 0 {
+				t.Errorf("mutant %q: a completions request's token ids were not hashed", m)
+			}
+		}
+	})
 	t.Run(string(mutant.StateKeyedByXRequestID), func(t *testing.T) {
 		for _, m := range []mutant.Name{"", mutant.StateKeyedByXRequestID} {
 			prepare, preRequest := prefixRun(t, m)
