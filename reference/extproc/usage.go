@@ -2,9 +2,13 @@ package extproc
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"math"
 
+	"google.golang.org/protobuf/proto"
+
+	"github.com/eppkit/eppkit/internal/vllmgrpc"
 	"github.com/eppkit/eppkit/reference/framework"
 )
 
@@ -26,6 +30,12 @@ const (
 //   - OpenAI Responses: the JSON body's "usage" (input_tokens, output_tokens, total_tokens,
 //     input_tokens_details.cached_tokens); streamed, the response.usage of the
 //     response.completed (or response.incomplete) event;
+//   - vLLM's gRPC engine API (framework.APIVLLMGRPCGenerate, APIVLLMGRPCEmbed): the body is a
+//     sequence of gRPC message frames (a flag byte, a 4-byte big-endian length, protobuf), each a
+//     GenerateResponse or an EmbedResponse (internal/vllmgrpc); the counts of the last message
+//     with a prompt or completion count win (prompt_tokens, completion_tokens, their sum as the
+//     total, cached_tokens), as llm-d-router v0.10.0 parsers/vllmgrpc ParseResponse reads them.
+//     A compressed or malformed message is skipped, a frame over MaxJSONBodyBytes ends parsing;
 //   - any other API: no usage.
 //
 // In SSE mode it splits the stream into lines and events itself, so an event, a line, or the
@@ -42,17 +52,23 @@ type UsageParser struct {
 	skip    bool // the current line (SSE) or the body (JSON) exceeded its limit
 	usage   *framework.Usage
 	done    bool
+	grpc    bool // the body is gRPC message frames (vLLM's gRPC engine API)
 }
 
 // NewUsageParser returns a parser for the response of a request of api (framework.API; ""
 // reads the OpenAI shape), streamed as SSE (sse true: Content-Type text/event-stream) or a JSON
 // body.
 func NewUsageParser(api framework.API, sse bool) *UsageParser {
-	return &UsageParser{api: api, sse: sse}
+	grpc := api == framework.APIVLLMGRPCGenerate || api == framework.APIVLLMGRPCEmbed
+	return &UsageParser{api: api, sse: sse && !grpc, grpc: grpc}
 }
 
 // Write feeds the next chunk of the body.
 func (p *UsageParser) Write(chunk []byte) {
+	if p.grpc {
+		p.writeGRPC(chunk)
+		return
+	}
 	if !p.sse {
 		if p.skip {
 			return
@@ -177,6 +193,10 @@ func (p *UsageParser) event(data []byte) {
 // Finish ends the body: in SSE mode it processes a last line and event without a trailing
 // newline; in JSON mode it parses the buffered body. It returns Usage().
 func (p *UsageParser) Finish() *framework.Usage {
+	if p.grpc {
+		p.buf = nil // an incomplete last frame carries nothing
+		return p.usage
+	}
 	if p.sse {
 		if len(p.buf) > 0 || p.skip {
 			p.endLine()
@@ -331,4 +351,63 @@ func count(v json.RawMessage) (int, bool) {
 		return 0, false
 	}
 	return int(f), true
+}
+
+// grpcFrameHeader is the length of a gRPC message frame's header.
+const grpcFrameHeader = 5
+
+// writeGRPC reads every complete gRPC message frame buffered so far.
+func (p *UsageParser) writeGRPC(chunk []byte) {
+	if p.skip {
+		return
+	}
+	p.buf = append(p.buf, chunk...)
+	for len(p.buf) >= grpcFrameHeader {
+		n := binary.BigEndian.Uint32(p.buf[1:grpcFrameHeader])
+		if n > MaxJSONBodyBytes {
+			p.skip, p.buf = true, nil
+			return
+		}
+		end := grpcFrameHeader + int(n)
+		if len(p.buf) < end {
+			return
+		}
+		if p.buf[0] == 0 { // a compressed message (flag 1) is not read
+			p.grpcMessage(p.buf[grpcFrameHeader:end])
+		}
+		p.buf = append(p.buf[:0], p.buf[end:]...)
+	}
+}
+
+// grpcMessage reads the counts of one GenerateResponse or EmbedResponse.
+func (p *UsageParser) grpcMessage(msg []byte) {
+	var prompt, completion, cached uint32
+	switch p.api {
+	case framework.APIVLLMGRPCGenerate:
+		var r vllmgrpc.GenerateResponse
+		if proto.Unmarshal(msg, &r) != nil {
+			return
+		}
+		switch {
+		case r.GetChunk() != nil:
+			c := r.GetChunk()
+			prompt, completion, cached = c.GetPromptTokens(), c.GetCompletionTokens(), c.GetCachedTokens()
+		case r.GetComplete() != nil:
+			c := r.GetComplete()
+			prompt, completion, cached = c.GetPromptTokens(), c.GetCompletionTokens(), c.GetCachedTokens()
+		default:
+			return
+		}
+	case framework.APIVLLMGRPCEmbed:
+		var r vllmgrpc.EmbedResponse
+		if proto.Unmarshal(msg, &r) != nil {
+			return
+		}
+		prompt = r.GetPromptTokens()
+	}
+	if prompt == 0 && completion == 0 {
+		return
+	}
+	pt, ct, tt, ca := int(prompt), int(completion), int(prompt)+int(completion), int(cached)
+	p.usage = &framework.Usage{PromptTokens: &pt, CompletionTokens: &ct, TotalTokens: &tt, CachedTokens: &ca}
 }
