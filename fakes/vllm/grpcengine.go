@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
 	"github.com/eppkit/eppkit/fakes/vllm/engine"
@@ -28,10 +29,13 @@ type grpcEngine struct {
 	s *Server
 }
 
-// newGRPCServer builds the gRPC server of s; it is reached through s.Handler (ServeHTTP).
+// newGRPCServer builds the gRPC server of s; it is reached through s.Handler (ServeHTTP). It
+// also serves gRPC server reflection, as llm-d-inference-sim v0.10.2 does
+// (pkg/communication/grpc.go startGRPC), so grpcurl needs no .proto file.
 func newGRPCServer(s *Server) *grpc.Server {
 	g := grpc.NewServer()
 	vllmgrpc.RegisterVllmEngineServer(g, &grpcEngine{s: s})
+	reflection.Register(g)
 	return g
 }
 

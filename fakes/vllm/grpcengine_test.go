@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/eppkit/eppkit/fakes/vllm/engine"
@@ -189,5 +191,36 @@ func TestGRPCInfoAndHealth(t *testing.T) {
 	}
 	if _, err := c.Abort(ctx, &vllmgrpc.AbortRequest{}); status.Code(err) != codes.Unimplemented {
 		t.Errorf("Abort: %v, want Unimplemented", err)
+	}
+}
+
+// TestGRPCReflection: the fake lists vLLM's service through gRPC server reflection (as the
+// simulator), over h2c on its HTTP port.
+func TestGRPCReflection(t *testing.T) {
+	inst := startTest(t, nil)
+	cc, err := grpc.NewClient(strings.TrimPrefix(inst.URL(), "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := reflectionpb.NewServerReflectionClient(cc).ServerReflectionInfo(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := st.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, svc := range resp.GetListServicesResponse().GetService() {
+		names = append(names, svc.GetName())
+	}
+	if !slices.Contains(names, GRPCService) {
+		t.Errorf("reflection lists %v, want %s among them", names, GRPCService)
 	}
 }
