@@ -15,7 +15,9 @@
 // request), POST /v1/embeddings (a prefill-only engine request per input), GET
 // /v1/models, POST /v1/load_lora_adapter, POST /v1/unload_lora_adapter, GET /health, GET
 // /metrics (names of the MetricsNames generation), GET|POST /admin/config, GET
-// /admin/metrics-scrapes (eppkit only: /metrics pages written). Usage is vLLM's: without
+// /admin/metrics-scrapes (eppkit only: /metrics pages written); on the same port over h2c,
+// vLLM's gRPC engine API (service vllm.grpc.engine.VllmEngine, grpcengine.go: Generate on the
+// same engine, Embed, HealthCheck, GetModelInfo; gRPC server reflection). Usage is vLLM's: without
 // --enable-prompt-tokens-details (vLLM's default) completions and chat usage has no cached_tokens
 // ("prompt_tokens_details":null in a JSON response, no key in a usage chunk), and
 // stream_options.continuous_usage_stats puts each choice's usage so far in every chunk. Errors are written
