@@ -116,7 +116,7 @@ INTEROP_FLAGS_PREDICTOR ?=
 INTEROP_RUNS     := interop-llmd-router-v0.10.0 interop-llmd-router-v0.10.0-tls interop-llmd-router-v0.10.0-lora \
 	interop-llmd-router-v0.10.0-static interop-llmd-router-v0.10.0-optimized-baseline \
 	interop-llmd-router-v0.10.0-predicted-latency interop-llmd-router-v0.10.0-flow-control \
-	interop-llmd-router-v0.10.0-precise-prefix \
+	interop-llmd-router-v0.10.0-precise-prefix interop-llmd-router-v0.10.0-grpc \
 	interop-lwepp-v1.6.2 interop-lwepp-v1.6.0 interop-upstream-epp-v1.5.0-usage-crash interop-predictor-parity \
 	interop-score-parity interop-prefix-parity interop-token-load-parity interop-sim
 GIE_URL          := https://github.com/kubernetes-sigs/gateway-api-inference-extension
@@ -301,6 +301,15 @@ interop-llmd-router-v0.10.0-precise-prefix: interop-tools
 	$(LLMD_ROUTER_BUILD); \
 	$(call interop_run,llmd-router-v0.10.0-precise-prefix,LLMD_ROUTER_CONFIG_TEMPLATE=$(CURDIR)/manifests/epp-configs/llmd-router-v0.10.0-precise-prefix.yaml $(LLMD_ROUTER_STATIC_EPP),$(LLMD_ROUTER_VERSION) \
 		--profiles EPP-Routing --supported-features PrecisePrefixCache --run-test PrecisePrefixCache,$(LLMD_ROUTER_IMPL),static)
+
+# (6b') its default plugins as its Helm chart renders them for gRPC model servers (vllmgrpc-parser
+# as the only parser; manifests/epp-configs/llmd-router-v0.10.0-grpc.yaml says why file discovery):
+# VLLMGRPCRouted on the test's own pool of fake vLLMs serving the gRPC engine API (issue 35 item 4).
+LLMD_ROUTER_GRPC_FEATURES := VLLMGRPC,PrefixCacheAffinity
+interop-llmd-router-v0.10.0-grpc: interop-tools
+	$(LLMD_ROUTER_BUILD); \
+	$(call interop_run,llmd-router-v0.10.0-grpc,LLMD_ROUTER_CONFIG_TEMPLATE=$(CURDIR)/manifests/epp-configs/llmd-router-v0.10.0-grpc.yaml $(LLMD_ROUTER_STATIC_EPP),$(LLMD_ROUTER_VERSION) \
+		--profiles EPP-Routing --supported-features $(LLMD_ROUTER_GRPC_FEATURES) --run-test VLLMGRPCRouted,$(LLMD_ROUTER_IMPL),static)
 
 # (6c) the config of its optimized-baseline guide, which its nightly perf job deploys: the
 # EndpointPickerConfig embedded in the Helm values test/perf/config/router-configs/optimized-baseline.yaml
