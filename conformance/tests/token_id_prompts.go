@@ -1,6 +1,8 @@
 package tests
 
 import (
+	"math/rand/v2"
+
 	"github.com/eppkit/eppkit/conformance"
 	"github.com/eppkit/eppkit/conformance/harness"
 )
@@ -12,6 +14,16 @@ const (
 	tokenPrefixIDs = 576
 	tokenTailIDs   = 48
 )
+
+// tokenIDPair returns two prompts of token ids drawn from r that share a prefix of
+// tokenPrefixIDs ids and end in distinct tails of tokenTailIDs ids: a first request and its
+// follow-up, as TokenIDPrompts and VLLMGRPCRouted send them.
+func tokenIDPair(r *rand.Rand) (first, second []int) {
+	prefix := tokenIDs(r.Uint64(), tokenPrefixIDs)
+	first = append(append([]int(nil), prefix...), tokenIDs(r.Uint64(), tokenTailIDs)...)
+	second = append(append([]int(nil), prefix...), tokenIDs(r.Uint64(), tokenTailIDs)...)
+	return first, second
+}
 
 func init() {
 	conformance.Register(conformance.ConformanceTest{
@@ -49,9 +61,7 @@ func runTokenIDPrompts(t harness.TestingT, s *harness.Suite) {
 	hits := 0
 	var misses []string
 	for i := 0; i < plan.N; i++ {
-		prefix := tokenIDs(r.Uint64(), tokenPrefixIDs)
-		first := append(append([]int(nil), prefix...), tokenIDs(r.Uint64(), tokenTailIDs)...)
-		second := append(append([]int(nil), prefix...), tokenIDs(r.Uint64(), tokenTailIDs)...)
+		first, second := tokenIDPair(r)
 		pick := func(ids []int, hint []string) string {
 			req := surfaceRequest(pathCompletions, jsonBody(map[string]any{"model": s.ModelName, "prompt": ids, "max_tokens": 1}), nil)
 			req.SubsetHint = hint

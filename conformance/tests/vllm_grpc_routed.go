@@ -159,9 +159,7 @@ func runVLLMGRPCRouted(t harness.TestingT, s *harness.Suite) {
 	hits := 0
 	var misses []string
 	for i := 0; i < plan.N; i++ {
-		prefix := tokenIDs(r.Uint64(), tokenPrefixIDs)
-		first := append(append([]int(nil), prefix...), tokenIDs(r.Uint64(), tokenTailIDs)...)
-		second := append(append([]int(nil), prefix...), tokenIDs(r.Uint64(), tokenTailIDs)...)
+		first, second := tokenIDPair(r)
 		home := pool[r.IntN(len(pool))]
 		a, err := generateThrough(s, client, tokenizedRequest(first, true), []string{home})
 		check(fmt.Sprintf("trial %d, first call", i), a, err)
