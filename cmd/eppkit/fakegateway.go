@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"net"
@@ -56,7 +57,8 @@ func runFakeGateway(cmd *cobra.Command, f *gateway.Flags) error {
 		return fmt.Errorf("--listen: %w", err)
 	}
 	srv := gateway.NewServer(g)
-	logger.Info("fake gateway serving", "addr", ln.Addr().String(), "epp", f.EPP, "mode", cfg.Mode, "failure-mode", cfg.FailureMode)
+	logger.Info("fake gateway serving", "addr", ln.Addr().String(), "epp", f.EPP, "mode", cfg.Mode, "failure-mode", cfg.FailureMode,
+		"app-protocol", cmp.Or(cfg.AppProtocol, gateway.AppProtocolHTTP))
 	fmt.Fprintf(cmd.OutOrStdout(), "http://%s\n", ln.Addr())
 	ctx, stop := signalContext()
 	defer stop()
