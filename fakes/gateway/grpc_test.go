@@ -7,7 +7,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -145,20 +147,28 @@ func TestAppProtocolHTTPStaysHTTP1(t *testing.T) {
 		proto string
 		major int
 	}{{"", 1}, {gateway.AppProtocolHTTP, 1}, {gateway.AppProtocolH2C, 2}} {
-		var major int
-		u := newUpstream(t, "pod-a", func(w http.ResponseWriter, r *http.Request) { major = r.ProtoMajor })
+		var major atomic.Int32
+		// An upstream that speaks both, so the gateway's choice is what the test sees; its
+		// protocols are set before it starts (the server reads them when it serves).
+		u := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			major.Store(int32(r.ProtoMajor))
+			w.Header().Set("x-inference-pod", "pod-a")
+			w.WriteHeader(http.StatusOK)
+		}))
 		p := new(http.Protocols)
 		p.SetHTTP1(true)
 		p.SetUnencryptedHTTP2(true)
-		u.srv.Config.Protocols = p
-		epp := startEPP(t, pickScript(u.addr(), nil, 0))
+		u.Config.Protocols = p
+		u.Start()
+		t.Cleanup(u.Close)
+		epp := startEPP(t, pickScript(u.Listener.Addr().String(), nil, 0))
 		g := newGateway(t, gateway.Config{EPPAddress: epp.Addr(), AppProtocol: tc.proto})
 		res, err := g.Do(context.Background(), &gateway.Request{Path: "/v1/completions", Body: []byte(`{"model":"m","prompt":"x"}`)})
 		if err != nil || res.Status != 200 {
 			t.Fatalf("%q: %v %v", tc.proto, res, err)
 		}
-		if major != tc.major {
-			t.Errorf("appProtocol %q: upstream saw HTTP/%d, want HTTP/%d", tc.proto, major, tc.major)
+		if got := int(major.Load()); got != tc.major {
+			t.Errorf("appProtocol %q: upstream saw HTTP/%d, want HTTP/%d", tc.proto, got, tc.major)
 		}
 	}
 	if _, err := gateway.New(gateway.Config{Mode: gateway.ModeRoundRobin, Endpoints: []string{"127.0.0.1:1"}, AppProtocol: "h2"}); err == nil || !strings.Contains(err.Error(), "AppProtocol") {

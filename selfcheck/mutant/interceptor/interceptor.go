@@ -250,10 +250,13 @@ type stream struct {
 	// path and body are the current request's :path and the request body received so far.
 	path string
 	body []byte
-	// refusal is the message the mutant refuses the current request with ("" = none); refused
-	// is set once its ImmediateResponse went to the gateway (refuseWhen).
-	refusal string
-	refused bool
+	// refusal is the message the mutant refuses the current request with ("" = none; refuseWhen).
+	// dropping is set once a refusal's ImmediateResponse went to the gateway, until the EPP's last
+	// answer to that request (its request_body response with end_of_stream, or an
+	// ImmediateResponse of its own) has been dropped. The gateway may send its next request as
+	// soon as it has the refusal, so the next request's refusal can be set while dropping is.
+	refusal  string
+	dropping bool
 	// hint is the current request's subset hint as the gateway sent it (nil = none).
 	hint []string
 	// bodyEnded is true once the current request's last request message (headers-only, or the

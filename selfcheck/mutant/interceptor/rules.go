@@ -662,31 +662,38 @@ func refuseWhen(refuse func(path string, body []byte) string) rule {
 			return nil
 		},
 		response: func(st *stream, resp *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, *ending) {
+			lastBody := resp.GetRequestBody().GetResponse().GetBodyMutation().GetStreamedResponse().GetEndOfStream()
+			if st.dropping {
+				// The EPP's answers to the request already refused, up to its last one.
+				switch {
+				case resp.GetImmediateResponse() != nil:
+					st.dropping = false
+					return nil, nil
+				case requestPhase(resp):
+					st.dropping = !lastBody
+					return nil, nil
+				}
+				return pass(resp)
+			}
 			switch {
 			case st.refusal == "":
 				return pass(resp)
 			case resp.GetImmediateResponse() != nil:
 				// The EPP refused it too; nothing more comes for this request.
-				st.refusal, st.refused = "", false
+				st.refusal = ""
 				return pass(resp)
 			case !requestPhase(resp):
 				return pass(resp)
 			}
-			var out []*extprocv3.ProcessingResponse
-			if !st.refused {
-				st.refused = true
-				body, _ := json.Marshal(map[string]any{"error": map[string]any{"message": st.refusal, "type": "BadRequest", "code": 400}})
-				out = append(out, &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
-					ImmediateResponse: &extprocv3.ImmediateResponse{Status: &typev3.HttpStatus{Code: typev3.StatusCode_BadRequest},
-						Headers: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{{
-							Header: &corev3.HeaderValue{Key: "content-type", RawValue: []byte("application/json")}}}},
-						Body: body}}})
-			}
-			// Drop the EPP's answers to the refused request up to its last body chunk.
-			if resp.GetRequestBody().GetResponse().GetBodyMutation().GetStreamedResponse().GetEndOfStream() {
-				st.refusal, st.refused = "", false
-			}
-			return out, nil
+			body, _ := json.Marshal(map[string]any{"error": map[string]any{"message": st.refusal, "type": "BadRequest", "code": 400}})
+			refusal := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
+				ImmediateResponse: &extprocv3.ImmediateResponse{Status: &typev3.HttpStatus{Code: typev3.StatusCode_BadRequest},
+					Headers: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{{
+						Header: &corev3.HeaderValue{Key: "content-type", RawValue: []byte("application/json")}}}},
+					Body: body}}}
+			// This answer is dropped; so are the rest of the EPP's answers to the refused request.
+			st.refusal, st.dropping = "", !lastBody
+			return []*extprocv3.ProcessingResponse{refusal}, nil
 		},
 	}
 }
