@@ -3,6 +3,7 @@ package extproc
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -79,6 +80,14 @@ type MatrixOptions struct {
 	P95BoundMs float64
 	// PlotDir, when set, receives the P95-against-rate plots of a ladder (WriteOverheadPlots).
 	PlotDir string
+	// ProfileDir, when set with Rates, receives a CPU profile of each target that serves
+	// net/http/pprof (the reference) at each pool and prompt size's highest sustained rate
+	// (ProfileSustained): <target>_<pages>_<n>ep_<bytes>B.pprof. ProfileWindow is the profile's
+	// length (default DefaultProfileWindow).
+	ProfileDir    string
+	ProfileWindow time.Duration
+	// E2E configures the end-to-end mode (RunE2E); the matrix itself does not read it.
+	E2E E2EOptions
 }
 
 // MatrixCell is one measured cell.
@@ -223,6 +232,20 @@ func (m *MatrixOptions) Validate() error {
 	if len(m.Rates) > 0 && !(m.P95BoundMs > 0) {
 		return fmt.Errorf("--p95-bound must be positive, got %v", m.P95BoundMs)
 	}
+	if m.ProfileDir != "" {
+		if len(m.Rates) == 0 {
+			return errors.New("--profile-dir needs a ladder (--rates): it profiles each target at its highest sustained rate")
+		}
+		if m.ProfileWindow == 0 {
+			m.ProfileWindow = DefaultProfileWindow
+		}
+		if m.ProfileWindow < time.Second {
+			return fmt.Errorf("--profile-window must be at least 1s (pprof profiles whole seconds), got %v", m.ProfileWindow)
+		}
+		if err := os.MkdirAll(m.ProfileDir, 0o755); err != nil {
+			return fmt.Errorf("--profile-dir: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -232,6 +255,7 @@ type eppProcess struct {
 	grpcAddr    string
 	metricsURL  string
 	readyMetric string // the EPP's own gauge of ready endpoints
+	pprofAddr   string // host:port of its net/http/pprof ("" = none)
 }
 
 func startEPPProcess(name string, args, env []string, logPath string) (*eppProcess, error) {
@@ -406,75 +430,12 @@ func runMatrixRow(ctx context.Context, w io.Writer, m MatrixOptions, self string
 		}
 		return cells, err
 	}
-	ports, err := harness.FreePorts(3)
-	if err != nil {
-		return fail(err)
-	}
-	grpcPort, healthPort, metricsPort := ports[0], ports[1], ports[2]
 	logPath := filepath.Join(m.LogDir, fmt.Sprintf("%s-%s-%d.log", target, pages, n))
-	var p *eppProcess
-	switch target {
-	case TargetReference:
-		stale := max(time.Second, 4*m.RefreshInterval)
-		p, err = startEPPProcess(self, []string{"reference-epp", "--endpoints", strings.Join(fleet.Addrs, ","),
-			"--grpc-port", strconv.Itoa(grpcPort), "--grpc-health-port", strconv.Itoa(healthPort),
-			"--metrics-port", strconv.Itoa(metricsPort), "--bind-address", "127.0.0.1",
-			"--refresh-metrics-interval", m.RefreshInterval.String(), "--stale-threshold", stale.String(),
-			"--log-level", "warn"}, nil, logPath)
-		if p != nil {
-			p.readyMetric = "eppkit_epp_pool_ready_endpoints"
-		}
-	case TargetLLMDRouter:
-		pool := fmt.Sprintf("bench-llmd-%s-%d", pages, n)
-		fmt.Fprintf(w, "  creating InferencePool %s with %d Pods…\n", pool, n)
-		if _, err := apiserver.NewPool(ctx, cp, apiserver.Options{PoolName: pool, Endpoints: fleet.Addrs}); err != nil {
-			return fail(fmt.Errorf("creating the InferencePool: %w", err))
-		}
-		// Flags as make interop-llmd-router-v0.10.0 (its pkg/epp/server/options.go; kubeconfig from
-		// $KUBECONFIG); its default config (queue 2, kv-cache 2, prefix 3).
-		stale := max(2*time.Second, 4*m.RefreshInterval)
-		p, err = startEPPProcess(m.LLMDRouterEPP, []string{"--pool-name", pool, "--pool-namespace", apiserver.DefaultPoolNamespace,
-			"--secure-serving=false", "--metrics-endpoint-auth=false", "--tracing=false", "--drain-timeout=0s",
-			"--grpc-port", strconv.Itoa(grpcPort), "--grpc-health-port", strconv.Itoa(healthPort),
-			"--metrics-port", strconv.Itoa(metricsPort), "--refresh-metrics-interval", m.RefreshInterval.String(),
-			"--metrics-staleness-threshold", stale.String()}, []string{"KUBECONFIG=" + cp.KubeconfigPath}, logPath)
-		if p != nil {
-			p.readyMetric = "inference_pool_ready_pods"
-		}
-	case TargetUpstream:
-		pool := fmt.Sprintf("bench-%s-%d", pages, n) // one pool per page kind and size: the control plane serves the whole run
-		fmt.Fprintf(w, "  creating InferencePool %s with %d Pods…\n", pool, n)
-		if _, err := apiserver.NewPool(ctx, cp, apiserver.Options{PoolName: pool, Endpoints: fleet.Addrs}); err != nil {
-			return fail(fmt.Errorf("creating the InferencePool: %w", err))
-		}
-		// Flags as `make conformance-upstream`; the kubeconfig comes from $KUBECONFIG (v1.5.0 has
-		// no --kubeconfig flag). The staleness threshold keeps its 2s default unless the refresh
-		// interval needs more.
-		stale := max(2*time.Second, 4*m.RefreshInterval)
-		p, err = startEPPProcess(m.UpstreamEPP, []string{"--pool-name", pool, "--pool-namespace", apiserver.DefaultPoolNamespace,
-			"--secure-serving=false", "--metrics-endpoint-auth=false", "--tracing=false",
-			"--grpc-port", strconv.Itoa(grpcPort), "--grpc-health-port", strconv.Itoa(healthPort),
-			"--metrics-port", strconv.Itoa(metricsPort), "--refresh-metrics-interval", m.RefreshInterval.String(),
-			"--metrics-staleness-threshold", stale.String()}, []string{"KUBECONFIG=" + cp.KubeconfigPath}, logPath)
-		if p != nil {
-			p.readyMetric = "inference_pool_ready_pods"
-		}
-	case TargetNull:
-		p, err = startEPPProcess(self, []string{"bench", "null-epp", "--endpoints", strings.Join(fleet.Addrs, ","),
-			"--grpc-port", strconv.Itoa(grpcPort), "--metrics-port", strconv.Itoa(metricsPort), "--bind-address", "127.0.0.1"}, nil, logPath)
-		if p != nil {
-			p.readyMetric = nullepp.ReadyMetric
-		}
-	}
+	p, err := startTarget(ctx, w, m, self, cp, target, pages, fleet.Addrs, logPath)
 	if err != nil {
 		return fail(err)
 	}
 	defer p.stop()
-	p.grpcAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(grpcPort))
-	p.metricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort)
-	if err := p.waitReady(ctx, n, 3*time.Minute); err != nil {
-		return fail(fmt.Errorf("%w (log: %s)", err, logPath))
-	}
 	// Let every endpoint be scraped at least twice before measuring.
 	if err := sleepCtx(ctx, m.Settle+2*m.RefreshInterval); err != nil {
 		return fail(err)
@@ -515,6 +476,11 @@ func runMatrixRow(ctx context.Context, w io.Writer, m MatrixOptions, self string
 			if ctx.Err() != nil {
 				return cells, ctx.Err()
 			}
+		}
+	}
+	if m.ProfileDir != "" && len(m.Rates) > 0 {
+		if err := ProfileSustained(ctx, w, m, p, cells); err != nil && ctx.Err() != nil {
+			return cells, ctx.Err()
 		}
 	}
 	return cells, nil
@@ -678,4 +644,92 @@ func PrintMatrix(w io.Writer, rep *MatrixReport) {
 			fmt.Fprintf(w, "%-11s %-9s %9d %8d %7s %14.2f %+9.3f %+9.3f %+14.3f\n", r.Target, r.Pages, r.Endpoints, r.PromptBytes, rate, r.DecisionsPerSecond, r.P50Ms, r.P99Ms, r.CPUPerDecision)
 		}
 	}
+}
+
+// startTarget starts target's EPP on the endpoints addrs (label names its InferencePool for the
+// upstream EPPs, with cp their control plane) logging to logPath, and waits until it reports
+// every endpoint ready; the caller stops it. With m.ProfileDir set, the reference serves
+// net/http/pprof on a free loopback port (EPPKIT_PPROF_ADDR; eppProcess.pprofAddr).
+func startTarget(ctx context.Context, w io.Writer, m MatrixOptions, self string, cp *apiserver.ControlPlane,
+	target, label string, addrs []string, logPath string) (*eppProcess, error) {
+	n := len(addrs)
+	ports, err := harness.FreePorts(3)
+	if err != nil {
+		return nil, err
+	}
+	grpcPort, healthPort, metricsPort := ports[0], ports[1], ports[2]
+	var p *eppProcess
+	switch target {
+	case TargetReference:
+		var env []string
+		var pprofAddr string
+		if m.ProfileDir != "" {
+			pp, err := harness.FreePorts(1)
+			if err != nil {
+				return nil, err
+			}
+			pprofAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(pp[0]))
+			env = []string{"EPPKIT_PPROF_ADDR=" + pprofAddr}
+		}
+		stale := max(time.Second, 4*m.RefreshInterval)
+		p, err = startEPPProcess(self, []string{"reference-epp", "--endpoints", strings.Join(addrs, ","),
+			"--grpc-port", strconv.Itoa(grpcPort), "--grpc-health-port", strconv.Itoa(healthPort),
+			"--metrics-port", strconv.Itoa(metricsPort), "--bind-address", "127.0.0.1",
+			"--refresh-metrics-interval", m.RefreshInterval.String(), "--stale-threshold", stale.String(),
+			"--log-level", "warn"}, env, logPath)
+		if p != nil {
+			p.readyMetric, p.pprofAddr = "eppkit_epp_pool_ready_endpoints", pprofAddr
+		}
+	case TargetLLMDRouter:
+		pool := fmt.Sprintf("bench-llmd-%s-%d", label, n)
+		fmt.Fprintf(w, "  creating InferencePool %s with %d Pods…\n", pool, n)
+		if _, err := apiserver.NewPool(ctx, cp, apiserver.Options{PoolName: pool, Endpoints: addrs}); err != nil {
+			return nil, fmt.Errorf("creating the InferencePool: %w", err)
+		}
+		// Flags as make interop-llmd-router-v0.10.0 (its pkg/epp/server/options.go; kubeconfig from
+		// $KUBECONFIG); its default config (queue 2, kv-cache 2, prefix 3).
+		stale := max(2*time.Second, 4*m.RefreshInterval)
+		p, err = startEPPProcess(m.LLMDRouterEPP, []string{"--pool-name", pool, "--pool-namespace", apiserver.DefaultPoolNamespace,
+			"--secure-serving=false", "--metrics-endpoint-auth=false", "--tracing=false", "--drain-timeout=0s",
+			"--grpc-port", strconv.Itoa(grpcPort), "--grpc-health-port", strconv.Itoa(healthPort),
+			"--metrics-port", strconv.Itoa(metricsPort), "--refresh-metrics-interval", m.RefreshInterval.String(),
+			"--metrics-staleness-threshold", stale.String()}, []string{"KUBECONFIG=" + cp.KubeconfigPath}, logPath)
+		if p != nil {
+			p.readyMetric = "inference_pool_ready_pods"
+		}
+	case TargetUpstream:
+		pool := fmt.Sprintf("bench-%s-%d", label, n) // one pool per page kind and size: the control plane serves the whole run
+		fmt.Fprintf(w, "  creating InferencePool %s with %d Pods…\n", pool, n)
+		if _, err := apiserver.NewPool(ctx, cp, apiserver.Options{PoolName: pool, Endpoints: addrs}); err != nil {
+			return nil, fmt.Errorf("creating the InferencePool: %w", err)
+		}
+		// Flags as `make conformance-upstream`; the kubeconfig comes from $KUBECONFIG (v1.5.0 has
+		// no --kubeconfig flag). The staleness threshold keeps its 2s default unless the refresh
+		// interval needs more.
+		stale := max(2*time.Second, 4*m.RefreshInterval)
+		p, err = startEPPProcess(m.UpstreamEPP, []string{"--pool-name", pool, "--pool-namespace", apiserver.DefaultPoolNamespace,
+			"--secure-serving=false", "--metrics-endpoint-auth=false", "--tracing=false",
+			"--grpc-port", strconv.Itoa(grpcPort), "--grpc-health-port", strconv.Itoa(healthPort),
+			"--metrics-port", strconv.Itoa(metricsPort), "--refresh-metrics-interval", m.RefreshInterval.String(),
+			"--metrics-staleness-threshold", stale.String()}, []string{"KUBECONFIG=" + cp.KubeconfigPath}, logPath)
+		if p != nil {
+			p.readyMetric = "inference_pool_ready_pods"
+		}
+	case TargetNull:
+		p, err = startEPPProcess(self, []string{"bench", "null-epp", "--endpoints", strings.Join(addrs, ","),
+			"--grpc-port", strconv.Itoa(grpcPort), "--metrics-port", strconv.Itoa(metricsPort), "--bind-address", "127.0.0.1"}, nil, logPath)
+		if p != nil {
+			p.readyMetric = nullepp.ReadyMetric
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	p.grpcAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(grpcPort))
+	p.metricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort)
+	if err := p.waitReady(ctx, n, 3*time.Minute); err != nil {
+		p.stop()
+		return nil, fmt.Errorf("%w (log: %s)", err, logPath)
+	}
+	return p, nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,6 +26,7 @@ func newBenchExtprocCommand() *cobra.Command {
 	var asJSON bool
 	var reportFormat, reportDir string
 	mf := &matrixFlags{}
+	var e2e bool
 	cmd := &cobra.Command{
 		Use:   "extproc (--epp ADDR | --targets null,reference,upstream) (--rate R | --concurrency N) [--duration 10s]",
 		Short: "Measure an EPP's decision latency over ext_proc (request headers + body → pick)",
@@ -67,6 +69,9 @@ driver and the machine's scheduler set, and the table then shows every other tar
 				o.Record = true
 				mf.m.InferencePerfDir = reportDir
 			}
+			if e2e {
+				return runBenchE2E(ctx, cmd, o, mf)
+			}
 			if mf.targets != "" {
 				if o.EPP != "" {
 					return badFlags("%v", errMatrixAndEPP)
@@ -88,6 +93,11 @@ driver and the machine's scheduler set, and the table then shows every other tar
 				m.Bench.Seed = probe.Seed
 				_, err = extproc.RunMatrix(ctx, cmd.OutOrStdout(), m)
 				return err
+			}
+			for _, name := range []string{"profile-dir", "profile-window", "e2e-streams", "e2e-body-bytes", "e2e-endpoints"} {
+				if cmd.Flags().Changed(name) {
+					return badFlags("--%s needs --targets (matrix mode)", name)
+				}
 			}
 			if err := o.Validate(); err != nil {
 				return badFlags("%v", err) // before dialling: a flag error, not a failed run
@@ -151,8 +161,49 @@ driver and the machine's scheduler set, and the table then shows every other tar
 	fl.StringVar(&mf.m.UpstreamEPP, "upstream-epp", "", "Matrix mode: upstream EPP binary (default: the tools cache's gie epp)")
 	fl.StringVar(&mf.m.LogDir, "log-dir", "", "Matrix mode: directory for the EPP and control-plane logs (default: a new temporary directory)")
 	fl.StringVar(&mf.m.Output, "output", "", "Matrix mode: also write the report as JSON to this file")
+	fl.BoolVar(&e2e, "e2e", false, "End-to-end added latency (needs --targets): through the gateway stand-in and a fresh pool of --e2e-endpoints fake vLLM servers that answer at once, the same load once with the null EPP and once with each other target; prints end-to-end P50/P95/P99 (send → last response byte) and each target ÷ null. Closed loop with --e2e-streams clients, or open loop at --rate with at most --e2e-streams in flight")
+	fl.IntVar(&mf.m.E2E.Streams, "e2e-streams", extproc.DefaultE2EStreams, "With --e2e: concurrent streams (closed loop: clients back to back; open loop: the most in flight)")
+	fl.IntVar(&mf.m.E2E.BodyBytes, "e2e-body-bytes", extproc.DefaultE2EBodyBytes, "With --e2e: every request body's exact size in bytes (a completions body, unique prompt)")
+	fl.IntVar(&mf.m.E2E.Endpoints, "e2e-endpoints", extproc.DefaultE2EEndpoints, "With --e2e: fake vLLM servers in the pool (1–250)")
+	fl.StringVar(&mf.m.ProfileDir, "profile-dir", "", "Matrix mode with --rates: after each target's ladder, re-run its highest sustained rate per pool and prompt size while taking a CPU profile of the EPP (the reference only: the others serve no pprof), write <target>_<pages>_<n>ep_<bytes>B.pprof here and print go tool pprof's top 15 cumulative entries")
+	fl.DurationVar(&mf.m.ProfileWindow, "profile-window", extproc.DefaultProfileWindow, "With --profile-dir: the CPU profile's length (whole seconds, ≥ 1s)")
 	fl.DurationVar(&mf.m.Settle, "settle", 2*time.Second, "Matrix mode: wait after an EPP reports every endpoint ready (plus two refresh intervals)")
 	return cmd
+}
+
+// e2eIgnored are the matrix flags the end-to-end mode does not read: setting one with --e2e is a
+// flag error rather than a silent no-op.
+var e2eIgnored = []string{"epp", "endpoint-counts", "metrics-pages", "prompt-sizes", "prompt-bytes", "rates", "p95-bound",
+	"plot-dir", "profile-dir", "profile-window", "streams", "concurrency", "report-format", "response-phase", "epp-pid", "json", "max-inflight"}
+
+// runBenchE2E is `bench extproc --e2e`.
+func runBenchE2E(ctx context.Context, cmd *cobra.Command, o extproc.Options, mf *matrixFlags) error {
+	for _, name := range e2eIgnored {
+		if cmd.Flags().Changed(name) {
+			return badFlags("--%s does not apply with --e2e", name)
+		}
+	}
+	if mf.targets == "" {
+		return badFlags("--e2e needs --targets (null is added when missing)")
+	}
+	m, err := mf.options(o)
+	if err != nil {
+		return badFlags("%v", err)
+	}
+	probe := o
+	probe.EPP = "e2e"
+	if err := probe.Validate(); err != nil {
+		return badFlags("%v", err)
+	}
+	m.Bench = probe
+	if err := m.ValidateE2E(); err != nil {
+		return badFlags("%v", err)
+	}
+	rep, err := extproc.RunE2E(ctx, cmd.OutOrStdout(), m)
+	if err != nil {
+		return err
+	}
+	return extproc.ErrE2E(rep)
 }
 
 var errMatrixAndEPP = errors.New("--epp and --targets cannot both be set: --epp measures a running EPP, --targets starts its own")
