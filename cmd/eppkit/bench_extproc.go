@@ -28,7 +28,7 @@ func newBenchExtprocCommand() *cobra.Command {
 	mf := &matrixFlags{}
 	var e2e bool
 	cmd := &cobra.Command{
-		Use:   "extproc (--epp ADDR | --targets null,reference,upstream) (--rate R | --concurrency N) [--duration 10s]",
+		Use:   "extproc (--epp ADDR | --targets null,reference,upstream [--e2e]) (--rate R | --concurrency N) [--duration 10s]",
 		Short: "Measure an EPP's decision latency over ext_proc (request headers + body → pick)",
 		Long: `Drive an EPP's ext_proc service directly (no gateway, no model servers needed beyond what the
 EPP scrapes): each decision sends request headers and a completions body in chunks and waits for
@@ -55,7 +55,20 @@ upstream EPP v1.5.0 (--upstream-epp, default: eppkit tools path gie epp) discove
 InferencePool with one Ready Pod per endpoint on a local kube-apiserver (eppkit tools build k8s).
 The null target (eppkit bench null-epp) answers the protocol correctly and decides nothing
 (round-robin, no scraping, body unparsed): its row is the floor that gRPC, the loopback, this
-driver and the machine's scheduler set, and the table then shows every other target against it.`,
+driver and the machine's scheduler set, and the table then shows every other target against it.
+
+--profile-dir DIR (with --rates): after each target's ladder, its highest sustained rate per pool
+and prompt size is re-run for --profile-window while the EPP's CPU profile is taken
+(/debug/pprof/profile; only the reference serves it, the others are said to have none), written
+to DIR/<target>_<pages>_<n>ep_<bytes>B.pprof, and go tool pprof's top 15 cumulative entries printed.
+
+End-to-end added latency: --e2e --targets reference,... runs the null EPP first and then each
+target, each on a fresh pool of --e2e-endpoints fake vLLM servers with no model time behind the
+gateway stand-in, and sends the same load through the gateway to each: --e2e-streams concurrent
+streams (default 150) of --e2e-body-bytes bodies (default 225280), closed loop, or --rate R open
+loop with at most --e2e-streams in flight. It prints end-to-end P50/P95/P99 (send → last byte of
+the response) per target and each target ÷ null (issue 34's goal: reference P99 ≤ 1.5);
+--output writes the JSON.`,
 		Args:         cobra.NoArgs,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
