@@ -95,7 +95,7 @@ type E2EReport struct {
 }
 
 // ValidateE2E checks the end-to-end options (errors name --e2e-streams, --e2e-body-bytes,
-// --e2e-endpoints) and puts the null target first, adding it when missing: every ratio is
+// --e2e-endpoints, --rates, --body-chunk-size, --targets), then the matrix's (Validate), and puts the null target first, adding it when missing: every ratio is
 // against it.
 func (m *MatrixOptions) ValidateE2E() error {
 	e := m.E2E
@@ -111,6 +111,9 @@ func (m *MatrixOptions) ValidateE2E() error {
 	}
 	if len(m.Rates) > 0 {
 		return errors.New("--rates does not apply with --e2e (use --rate for open loop)")
+	}
+	if m.Bench.ChunkSize > gateway.MaxBodyChunkSize {
+		return fmt.Errorf("--body-chunk-size must be ≤ %d with --e2e (the gateway stand-in's limit), got %d", gateway.MaxBodyChunkSize, m.Bench.ChunkSize)
 	}
 	if len(m.Targets) == 0 || (len(m.Targets) == 1 && m.Targets[0] == TargetNull) {
 		return errors.New("--targets: --e2e needs a target besides null (its runs are read against null's)")

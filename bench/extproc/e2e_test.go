@@ -120,6 +120,7 @@ func TestValidateE2E(t *testing.T) {
 		{func(m *MatrixOptions) { m.E2E.BodyBytes = 10 }, "--e2e-body-bytes"},
 		{func(m *MatrixOptions) { m.E2E.Endpoints = 251 }, "--e2e-endpoints"},
 		{func(m *MatrixOptions) { m.Rates = []float64{10} }, "--rates"},
+		{func(m *MatrixOptions) { m.Bench.ChunkSize = 2 << 20 }, "--body-chunk-size"},
 		{func(m *MatrixOptions) { m.Targets = []string{"null"} }, "--targets"},
 		{func(m *MatrixOptions) { m.Targets = []string{"nginx"} }, "--targets"},
 	} {
