@@ -95,8 +95,8 @@ type E2EReport struct {
 }
 
 // ValidateE2E checks the end-to-end options (errors name --e2e-streams, --e2e-body-bytes,
-// --e2e-endpoints, --rates, --body-chunk-size, --targets), then the matrix's (Validate), and puts the null target first, adding it when missing: every ratio is
-// against it.
+// --e2e-endpoints, --rates, --body-chunk-size, --targets), puts the null target first (adding
+// it when missing: every ratio is against it), then checks the matrix's options (Validate).
 func (m *MatrixOptions) ValidateE2E() error {
 	e := m.E2E
 	switch {
