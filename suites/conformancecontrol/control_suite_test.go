@@ -47,10 +47,11 @@ func TestConformanceControl(t *testing.T) {
 // mustFailWithRandomPicker are the statistical tests a uniform random picker must fail (SPEC §6
 // (b)): the routing features', and the Reference tests that check prefix affinity for a request
 // form (token ids, Anthropic Messages, multimodal parts, the trailing partial block) or a metric
-// form (engine series summed, the legacy KV-cache name), each through a rate bound.
+// form (engine series summed, the legacy KV-cache name), each through a rate bound; and
+// VLLMGRPCRouted, whose second part is prefix affinity for gRPC token-id prompts.
 var mustFailWithRandomPicker = []string{"KVCacheAwareness", "LoRAAffinity", "PredictedLatency", "PrefixCacheAffinity", "QueueAwareness",
 	"AnthropicMessagesRouted", "EngineSeriesSummed", "KVCacheLegacyMetricName",
-	"MultimodalPrefixIdentity", "PartialBlockHashed", "TokenIDPrompts"}
+	"MultimodalPrefixIdentity", "PartialBlockHashed", "TokenIDPrompts", "VLLMGRPCRouted"}
 
 // failsWithRandomPickerByBurst are the tests a random picker fails by a bound that is not a rate
 // over the whole run: DuplicateRequestIDIsolated fails when one burst of 64 repeats of a
