@@ -95,7 +95,8 @@ type E2EReport struct {
 }
 
 // ValidateE2E checks the end-to-end options (errors name --e2e-streams, --e2e-body-bytes,
-// --e2e-endpoints, --rates, --body-chunk-size, --targets), puts the null target first (adding
+// --e2e-endpoints, --rates, --body-chunk-size, --command-target, --targets), appends the
+// command targets missing from Targets, puts the null target first (adding
 // it when missing: every ratio is against it), then checks the matrix's options (Validate).
 func (m *MatrixOptions) ValidateE2E() error {
 	e := m.E2E
@@ -114,6 +115,9 @@ func (m *MatrixOptions) ValidateE2E() error {
 	}
 	if m.Bench.ChunkSize > gateway.MaxBodyChunkSize {
 		return fmt.Errorf("--body-chunk-size must be ≤ %d with --e2e (the gateway stand-in's limit), got %d", gateway.MaxBodyChunkSize, m.Bench.ChunkSize)
+	}
+	if err := m.parseCommandTargets(); err != nil {
+		return err
 	}
 	if len(m.Targets) == 0 || (len(m.Targets) == 1 && m.Targets[0] == TargetNull) {
 		return errors.New("--targets: --e2e needs a target besides null (its runs are read against null's)")
@@ -198,7 +202,7 @@ func RunE2E(ctx context.Context, w io.Writer, m MatrixOptions) (*E2EReport, erro
 		}
 	}()
 	for _, target := range m.Targets {
-		if (target == TargetUpstream || target == TargetLLMDRouter) && cp == nil {
+		if m.needsControlPlane(target) && cp == nil {
 			fmt.Fprintf(w, "starting kube-apiserver + etcd for the upstream EPPs' InferencePool discovery…\n")
 			var err error
 			cp, err = apiserver.StartControlPlane(ctx, apiserver.ControlPlaneOptions{Dir: filepath.Join(m.LogDir, "apiserver"), KeepDir: true})

@@ -10,14 +10,17 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/eppkit/eppkit/conformance/endpointsource/apiserver"
 	"github.com/eppkit/eppkit/conformance/harness"
+	conftarget "github.com/eppkit/eppkit/conformance/target"
 	"github.com/eppkit/eppkit/fakes/metricspage"
 	"github.com/eppkit/eppkit/fakes/nullepp"
+	"github.com/eppkit/eppkit/internal/procstat"
 	"github.com/eppkit/eppkit/internal/promscrape"
 	"github.com/eppkit/eppkit/internal/supervisor"
 	"github.com/eppkit/eppkit/internal/toolcache"
@@ -88,6 +91,93 @@ type MatrixOptions struct {
 	ProfileWindow time.Duration
 	// E2E configures the end-to-end mode (RunE2E); the matrix itself does not read it.
 	E2E E2EOptions
+	// CommandTargets are the user's own EPPs (--command-target), measured in the matrix and in
+	// the end-to-end mode like the built-in targets; Validate appends each name missing from
+	// Targets to it.
+	CommandTargets []CommandTarget
+
+	commands map[string]*conftarget.CommandTarget // CommandTargets parsed by Validate
+}
+
+// CommandTarget is a user's own EPP (`bench extproc --command-target NAME=TEMPLATE`): the bench
+// starts it for each pool from Command, a text/template command line run by /bin/sh -c with the
+// fields the conformance command target gets (harness.TargetEnvFields; conformance/target does
+// the expansion and the readiness wait), and names its rows Name. With {{.Endpoints}} in the
+// template the EPP is given the pool as a static list (ip:port,…); with {{.Kubeconfig}} and no
+// {{.Endpoints}} it discovers it from an InferencePool ({{.PoolName}} in {{.PoolNamespace}}) on
+// the bench's local kube-apiserver, as the upstream target does. {{.Eppkit}} is the eppkit binary,
+// {{.Seed}} the run's seed, {{.LogDir}} the folder of its log (target.log); {{.ConfigFile}},
+// {{.ModelRewritesFile}} and {{.PredictorURL}} are empty (the bench runs no predictor), so
+// conformance templates that guard them with {{if}} work unchanged. The EPP is ready when its gRPC
+// health answers SERVING (on {{.HealthPort}}, or on {{.GRPCPort}} when the template has no
+// {{.HealthPort}}) and an ext_proc probe is answered with anything but 503; the bench cannot read a
+// user's ready-endpoints gauge, so --settle should cover its first scrapes. CPU and RSS are the
+// command's process: the shell's only child when /bin/sh did not exec it (procstat.ExecutedPID),
+// so a template that is one command (or starts with exec) is measured exactly.
+type CommandTarget struct {
+	// Name names the target's rows: lower-case letters, digits, '.', '_' and '-', not a built-in
+	// target's name.
+	Name string
+	// Command is the command template.
+	Command string
+}
+
+// builtinTargets are the targets the matrix knows how to start without a template.
+var builtinTargets = []string{TargetReference, TargetUpstream, TargetLLMDRouter, TargetNull}
+
+// validCommandTargetName is what a --command-target name may hold (it names log files too).
+func validCommandTargetName(name string) bool {
+	if name == "" || name[0] == '.' || name[0] == '-' {
+		return false
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// parseCommandTargets parses m.CommandTargets into m.commands and appends each name missing
+// from m.Targets; errors name --command-target and the target.
+func (m *MatrixOptions) parseCommandTargets() error {
+	m.commands = map[string]*conftarget.CommandTarget{}
+	for _, c := range m.CommandTargets {
+		switch {
+		case !validCommandTargetName(c.Name):
+			return fmt.Errorf("--command-target: name %q must be lower-case letters, digits, '.', '_' or '-'", c.Name)
+		case slices.Contains(builtinTargets, c.Name):
+			return fmt.Errorf("--command-target: %q is a built-in target; choose another name", c.Name)
+		case m.commands[c.Name] != nil:
+			return fmt.Errorf("--command-target: %q defined twice", c.Name)
+		}
+		flag := "--command-target " + c.Name
+		ct, err := conftarget.NewCommandTargetFlag(flag, c.Name, c.Command)
+		if err != nil {
+			return err
+		}
+		if !ct.UsesField("GRPCPort") {
+			return fmt.Errorf("%s: the template has no {{.GRPCPort}}: the EPP must serve ext_proc on the port the bench picks", flag)
+		}
+		if !ct.UsesField("Endpoints") && !ct.UsesField("Kubeconfig") {
+			return fmt.Errorf("%s: the template has neither {{.Endpoints}} nor {{.Kubeconfig}}: the EPP could not learn the bench's pool", flag)
+		}
+		m.commands[c.Name] = ct
+		if !slices.Contains(m.Targets, c.Name) {
+			m.Targets = append(m.Targets, c.Name)
+		}
+	}
+	return nil
+}
+
+// needsControlPlane reports whether target discovers its pool from an InferencePool on the
+// bench's kube-apiserver: upstream, llmd-router, and a command target with {{.Kubeconfig}} but no
+// {{.Endpoints}}.
+func (m *MatrixOptions) needsControlPlane(target string) bool {
+	if ct := m.commands[target]; ct != nil {
+		return ct.UsesField("Kubeconfig") && !ct.UsesField("Endpoints")
+	}
+	return target == TargetUpstream || target == TargetLLMDRouter
 }
 
 // MatrixCell is one measured cell.
@@ -171,15 +261,21 @@ func ParseIntList(flag, s string, lo int) ([]int, error) {
 	return out, nil
 }
 
-// Validate checks the matrix's own options (each error names its flag: --targets,
-// --metrics-pages, --endpoint-counts, --refresh-metrics-interval, --settle, and --upstream-epp when
-// upstream is a target) and fills the defaults: Pages (minimal) and UpstreamEPP (the tools cache's
-// gie epp). The per-cell load (Bench) is checked by Options.Validate. RunMatrix calls it.
+// Validate checks the matrix's own options (each error names its flag: --command-target (an
+// empty template, an unknown template field, a duplicate or built-in name, a template without
+// {{.GRPCPort}} or without a way to learn the pool), --targets, --metrics-pages,
+// --endpoint-counts, --refresh-metrics-interval, --settle, and --upstream-epp when upstream is a
+// target) and fills the defaults: Pages (minimal) and UpstreamEPP (the tools cache's gie epp); it
+// appends the command targets missing from Targets. The per-cell load (Bench) is checked by
+// Options.Validate. RunMatrix calls it.
 func (m *MatrixOptions) Validate() error {
+	if err := m.parseCommandTargets(); err != nil {
+		return err
+	}
 	seen := map[string]bool{}
 	for _, t := range m.Targets {
-		if t != TargetReference && t != TargetUpstream && t != TargetNull && t != TargetLLMDRouter {
-			return fmt.Errorf("--targets: %q is not %s, %s, %s or %s", t, TargetReference, TargetUpstream, TargetLLMDRouter, TargetNull)
+		if !slices.Contains(builtinTargets, t) && m.commands[t] == nil {
+			return fmt.Errorf("--targets: %q is not %s, %s, %s, %s or a --command-target name", t, TargetReference, TargetUpstream, TargetLLMDRouter, TargetNull)
 		}
 		if seen[t] {
 			return fmt.Errorf("--targets: %q listed twice", t)
@@ -249,9 +345,18 @@ func (m *MatrixOptions) Validate() error {
 	return nil
 }
 
+// eppRunner is a started EPP process: a *supervisor.Process (the built-in targets) or a
+// *conformance/target.CommandTarget (a user's command).
+type eppRunner interface {
+	PID() int
+	Exited() <-chan struct{}
+	ExitErr() error
+	Stop(timeout time.Duration) error
+}
+
 // eppProcess is one EPP started for a row of the matrix.
 type eppProcess struct {
-	proc        *supervisor.Process
+	proc        eppRunner
 	grpcAddr    string
 	metricsURL  string
 	readyMetric string // the EPP's own gauge of ready endpoints
@@ -271,6 +376,10 @@ func startEPPProcess(name string, args, env []string, logPath string) (*eppProce
 }
 
 func (p *eppProcess) stop() { _ = p.proc.Stop(15 * time.Second) }
+
+// pid is the EPP's process id for its CPU and RSS: under a /bin/sh that did not exec the
+// command, the shell's child (procstat.ExecutedPID).
+func (p *eppProcess) pid() int { return procstat.ExecutedPID(p.proc.PID()) }
 
 // waitReady waits until the EPP's own metrics report n ready endpoints.
 func (p *eppProcess) waitReady(ctx context.Context, n int, timeout time.Duration) error {
@@ -394,7 +503,7 @@ func runMatrixFleet(ctx context.Context, w io.Writer, m MatrixOptions, self stri
 	}
 	defer fleet.Close()
 	for _, target := range m.Targets {
-		if (target == TargetUpstream || target == TargetLLMDRouter) && *cp == nil {
+		if m.needsControlPlane(target) && *cp == nil {
 			fmt.Fprintf(w, "starting kube-apiserver + etcd for the upstream EPPs' InferencePool discovery…\n")
 			*cp, err = apiserver.StartControlPlane(ctx, apiserver.ControlPlaneOptions{Dir: filepath.Join(m.LogDir, "apiserver"), KeepDir: true})
 			if err != nil {
@@ -440,7 +549,7 @@ func runMatrixRow(ctx context.Context, w io.Writer, m MatrixOptions, self string
 	if err := sleepCtx(ctx, m.Settle+2*m.RefreshInterval); err != nil {
 		return fail(err)
 	}
-	scrapeCost, err := scrapeCPU(ctx, p.proc.PID(), n, max(scrapeWindow, scrapeWindowIntervals*m.RefreshInterval))
+	scrapeCost, err := scrapeCPU(ctx, p.pid(), n, max(scrapeWindow, scrapeWindowIntervals*m.RefreshInterval))
 	if err != nil {
 		if ctx.Err() != nil {
 			return fail(err)
@@ -458,7 +567,7 @@ func runMatrixRow(ctx context.Context, w io.Writer, m MatrixOptions, self string
 	for _, size := range m.PromptSizes {
 		for _, rate := range rates {
 			o := m.Bench
-			o.EPP, o.PromptBytes, o.PID, o.Rate = p.grpcAddr, size, p.proc.PID(), rate
+			o.EPP, o.PromptBytes, o.PID, o.Rate = p.grpcAddr, size, p.pid(), rate
 			o.Record = m.InferencePerfDir != ""
 			r, err := Run(ctx, o)
 			c := MatrixCell{Target: target, Pages: pages, Endpoints: n, PromptBytes: size, Rate: rate, Report: r, ScrapeCPUUsPerEndpointSecond: scrapeCost}
@@ -658,6 +767,9 @@ func startTarget(ctx context.Context, w io.Writer, m MatrixOptions, self string,
 		return nil, err
 	}
 	grpcPort, healthPort, metricsPort := ports[0], ports[1], ports[2]
+	if ct := m.commands[target]; ct != nil {
+		return startCommandTarget(ctx, w, m, self, cp, ct, label, addrs, logPath, ports)
+	}
 	var p *eppProcess
 	switch target {
 	case TargetReference:
@@ -730,6 +842,58 @@ func startTarget(ctx context.Context, w io.Writer, m MatrixOptions, self string,
 	if err := p.waitReady(ctx, n, 3*time.Minute); err != nil {
 		p.stop()
 		return nil, fmt.Errorf("%w (log: %s)", err, logPath)
+	}
+	return p, nil
+}
+
+// startCommandTarget starts a new instance of the user's command target ct on the pool addrs
+// with the free ports ports (ext_proc, health, metrics): the pool as {{.Endpoints}}, or, for a
+// template with {{.Kubeconfig}} and no {{.Endpoints}}, as an InferencePool created on cp (named
+// for label and the pool size). Its log is target.log in the folder logPath without ".log"
+// ({{.LogDir}}). It waits as the conformance command target is waited for
+// (harness.WaitReady: gRPC health SERVING, then an ext_proc probe answered with anything but 503)
+// for up to three minutes; a failure stops the EPP and names its log.
+func startCommandTarget(ctx context.Context, w io.Writer, m MatrixOptions, self string, cp *apiserver.ControlPlane,
+	ct *conftarget.CommandTarget, label string, addrs []string, logPath string, ports []int) (*eppProcess, error) {
+	inst, ok := ct.NewInstance().(*conftarget.CommandTarget)
+	if !ok {
+		return nil, fmt.Errorf("target %s: not a command target", ct.Name())
+	}
+	abs, err := filepath.Abs(self)
+	if err != nil {
+		return nil, err
+	}
+	env := harness.TargetEnv{Eppkit: abs, GRPCPort: ports[0], HealthPort: ports[1], MetricsPort: ports[2],
+		Seed: int64(m.Bench.Seed), LogDir: strings.TrimSuffix(logPath, ".log")}
+	if m.needsControlPlane(ct.Name()) {
+		pool := fmt.Sprintf("bench-%s-%s-%d", ct.Name(), label, len(addrs))
+		fmt.Fprintf(w, "  creating InferencePool %s with %d Pods…\n", pool, len(addrs))
+		if _, err := apiserver.NewPool(ctx, cp, apiserver.Options{PoolName: pool, Endpoints: addrs}); err != nil {
+			return nil, fmt.Errorf("creating the InferencePool: %w", err)
+		}
+		env.Kubeconfig, env.PoolName, env.PoolNamespace = cp.KubeconfigPath, pool, apiserver.DefaultPoolNamespace
+	} else {
+		env.Endpoints = strings.Join(addrs, ",")
+	}
+	line, err := inst.Render(env)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(w, "  starting %s: %s\n", ct.Name(), line)
+	ta, err := inst.Start(ctx, env)
+	if err != nil {
+		return nil, err
+	}
+	if err := harness.WaitReady(ctx, inst, ta, harness.ReadyProbe{}, m.Bench.Model, addrs, 3*time.Minute, 250*time.Millisecond); err != nil {
+		_ = inst.Stop(15 * time.Second)
+		if h := inst.ReadinessHint(); h != "" {
+			err = fmt.Errorf("%w; %s", err, h)
+		}
+		return nil, fmt.Errorf("%w (log: %s)", err, inst.LogPath())
+	}
+	p := &eppProcess{proc: inst, grpcAddr: ta.GRPC}
+	if ta.Metrics != "" {
+		p.metricsURL = "http://" + ta.Metrics + "/metrics"
 	}
 	return p, nil
 }

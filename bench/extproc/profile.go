@@ -82,7 +82,7 @@ func ProfileSustained(ctx context.Context, w io.Writer, m MatrixOptions, p *eppP
 // p's CPU profile for m.ProfileWindow into path; it returns the load's report.
 func profileAt(ctx context.Context, m MatrixOptions, p *eppProcess, size int, rate float64, path string) (*Report, error) {
 	o := m.Bench
-	o.EPP, o.PromptBytes, o.PID, o.Rate, o.Record = p.grpcAddr, size, p.proc.PID(), rate, false
+	o.EPP, o.PromptBytes, o.PID, o.Rate, o.Record = p.grpcAddr, size, p.pid(), rate, false
 	o.Warmup, o.Duration = profileWarmup, m.ProfileWindow+profileMargin
 	type result struct {
 		rep *Report

@@ -85,7 +85,7 @@ the response) per target and each target ÷ null (issue 34's goal: reference P99
 			if e2e {
 				return runBenchE2E(ctx, cmd, o, mf)
 			}
-			if mf.targets != "" {
+			if mf.matrix() {
 				if o.EPP != "" {
 					return badFlags("%v", errMatrixAndEPP)
 				}
@@ -163,6 +163,10 @@ the response) per target and each target ÷ null (issue 34's goal: reference P99
 	fl.StringVar(&reportFormat, "report-format", bench.ReportEppkit, "Reports: eppkit (the table or --json, always), inference-perf (also inference-perf's lifecycle JSON in --report-dir; a request is a decision)")
 	fl.StringVar(&reportDir, "report-dir", filepath.Join("out", "bench", "extproc", bench.InferencePerfDir), "Where --report-format inference-perf writes (matrix mode: one folder per cell)")
 	fl.StringVar(&mf.targets, "targets", "", "Matrix mode: EPPs to start and measure, comma-separated: reference, upstream (GIE v1.5.0), llmd-router (llm-d-router v0.10.0, its default config), null (the do-nothing floor) (excludes --epp)")
+	// A repeatable NAME=TEMPLATE flag beside --targets rather than templates inside it: a
+	// template has spaces and commas of its own, and --targets stays the one ordered list of rows
+	// (a defined name it does not list is appended).
+	fl.StringArrayVar(&mf.commands, "command-target", nil, "Matrix and --e2e: your own EPP as a target, NAME=TEMPLATE (repeatable): the bench starts it on each pool from the command template, with the conformance command target's fields ({{.Eppkit}}, {{.Endpoints}} (the pool, ip:port,…), {{.GRPCPort}}, {{.HealthPort}}, {{.MetricsPort}}, {{.Seed}}, {{.LogDir}}; {{.Kubeconfig}}, {{.PoolName}}, {{.PoolNamespace}} for an InferencePool on a local kube-apiserver when the template has no {{.Endpoints}}), and names its rows NAME; NAME may also be listed in --targets to place it")
 	fl.StringVar(&mf.counts, "endpoint-counts", "10,100,1000", "Matrix mode: pool sizes, comma-separated")
 	fl.StringVar(&mf.pages, "metrics-pages", extproc.PagesMinimal, "Matrix mode: the endpoints' /metrics pages, comma-separated: minimal (a fake vLLM's gauge-only page, the same every scrape), realistic (a real vLLM v1 page: every family and histogram bucket, 2 engines, 4 LoRA adapters, about 300 KB, values changing every scrape)")
 	fl.StringVar(&mf.sizes, "prompt-sizes", "2048,32768", "Matrix mode: prompt lengths in bytes, comma-separated (overrides --prompt-bytes)")
@@ -196,8 +200,8 @@ func runBenchE2E(ctx context.Context, cmd *cobra.Command, o extproc.Options, mf 
 			return badFlags("--%s does not apply with --e2e", name)
 		}
 	}
-	if mf.targets == "" {
-		return badFlags("--e2e needs --targets (null is added when missing)")
+	if !mf.matrix() {
+		return badFlags("--e2e needs --targets or --command-target (null is added when missing)")
 	}
 	m, err := mf.options(o)
 	if err != nil {
@@ -219,17 +223,40 @@ func runBenchE2E(ctx context.Context, cmd *cobra.Command, o extproc.Options, mf 
 	return extproc.ErrE2E(rep)
 }
 
-var errMatrixAndEPP = errors.New("--epp and --targets cannot both be set: --epp measures a running EPP, --targets starts its own")
+var errMatrixAndEPP = errors.New("--epp and --targets (or --command-target) cannot both be set: --epp measures a running EPP, --targets starts its own")
 
 // matrixFlags holds the raw flag values of the matrix mode.
 type matrixFlags struct {
 	targets, counts, sizes, pages, rates string
-	m                                    extproc.MatrixOptions
+	// commands are the --command-target values, NAME=TEMPLATE each.
+	commands []string
+	m        extproc.MatrixOptions
+}
+
+// matrix reports whether the flags ask for the matrix (or --e2e) mode: --targets or a
+// --command-target, which the bench starts itself.
+func (f *matrixFlags) matrix() bool { return f.targets != "" || len(f.commands) > 0 }
+
+// parseCommandTarget splits a --command-target value NAME=TEMPLATE at its first '='.
+func parseCommandTarget(v string) (extproc.CommandTarget, error) {
+	name, tmpl, ok := strings.Cut(v, "=")
+	if !ok {
+		return extproc.CommandTarget{}, fmt.Errorf("--command-target: %q is not NAME=TEMPLATE", v)
+	}
+	return extproc.CommandTarget{Name: strings.TrimSpace(name), Command: tmpl}, nil
 }
 
 func (f *matrixFlags) options(bench extproc.Options) (extproc.MatrixOptions, error) {
 	m := f.m
 	m.Bench = bench
+	m.CommandTargets = nil
+	for _, v := range f.commands {
+		c, err := parseCommandTarget(v)
+		if err != nil {
+			return m, err
+		}
+		m.CommandTargets = append(m.CommandTargets, c)
+	}
 	for _, t := range strings.Split(f.targets, ",") {
 		if t = strings.TrimSpace(t); t != "" {
 			m.Targets = append(m.Targets, t)

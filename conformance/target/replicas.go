@@ -16,7 +16,7 @@ func (c *CommandTarget) NewInstanceWithArgs(extra string) (harness.Target, error
 	if strings.TrimSpace(extra) == "" {
 		return c.NewInstance(), nil
 	}
-	t, err := NewCommandTarget(c.name, c.text+" "+extra)
+	t, err := NewCommandTargetFlag(c.flag, c.name, c.text+" "+extra)
 	if err != nil {
 		return nil, fmt.Errorf("--leader-election-args: %w", err)
 	}

@@ -38,6 +38,7 @@ type CommandTarget struct {
 	name string
 	tmpl *template.Template
 	text string
+	flag string // the flag that gave the template, named in errors ("--command")
 
 	mu      sync.Mutex
 	proc    *supervisor.Process // nil before Start
@@ -47,18 +48,24 @@ type CommandTarget struct {
 // NewCommandTarget parses the template; an empty or malformed template is an error naming
 // --command. Unknown fields ({{.Foo}}) are errors at parse-check time.
 func NewCommandTarget(name, text string) (*CommandTarget, error) {
+	return NewCommandTargetFlag("--command", name, text)
+}
+
+// NewCommandTargetFlag is NewCommandTarget for a template given by another flag (`bench extproc
+// --command-target`): its errors, and Render's, name flag instead of --command.
+func NewCommandTargetFlag(flag, name, text string) (*CommandTarget, error) {
 	if strings.TrimSpace(text) == "" {
-		return nil, errors.New("--command: required for target " + name + " (a command template such as '{{.Eppkit}} reference-epp --endpoints {{.Endpoints}} --grpc-port {{.GRPCPort}}')")
+		return nil, errors.New(flag + ": required for target " + name + " (a command template such as '{{.Eppkit}} reference-epp --endpoints {{.Endpoints}} --grpc-port {{.GRPCPort}}')")
 	}
 	t, err := template.New(name).Option("missingkey=error").Parse(text)
 	if err != nil {
-		return nil, fmt.Errorf("--command: %w", err)
+		return nil, fmt.Errorf("%s: %w", flag, err)
 	}
 	// Check the fields exist by rendering against a zero environment.
 	if err := t.Execute(new(bytes.Buffer), harness.TargetEnv{}); err != nil {
-		return nil, fmt.Errorf("--command: %w", err)
+		return nil, fmt.Errorf("%s: %w", flag, err)
 	}
-	return &CommandTarget{name: name, tmpl: t, text: text}, nil
+	return &CommandTarget{name: name, tmpl: t, text: text, flag: flag}, nil
 }
 
 // Name implements harness.Target.
@@ -68,7 +75,7 @@ func (c *CommandTarget) Name() string { return c.name }
 func (c *CommandTarget) Render(env harness.TargetEnv) (string, error) {
 	var b bytes.Buffer
 	if err := c.tmpl.Execute(&b, env); err != nil {
-		return "", fmt.Errorf("--command: %w", err)
+		return "", fmt.Errorf("%s: %w", c.flag, err)
 	}
 	return strings.TrimSpace(b.String()), nil
 }
@@ -137,7 +144,19 @@ func (c *CommandTarget) Start(ctx context.Context, env harness.TargetEnv) (harne
 
 // NewInstance implements harness.InstanceStarter: a CommandTarget with the same name and template.
 func (c *CommandTarget) NewInstance() harness.Target {
-	return &CommandTarget{name: c.name, tmpl: c.tmpl, text: c.text}
+	return &CommandTarget{name: c.name, tmpl: c.tmpl, text: c.text, flag: c.flag}
+}
+
+// PID is the process id of the started command: the /bin/sh running it, which is the EPP itself
+// only when the shell execs it (procstat.ExecutedPID finds the EPP under a shell that did not);
+// 0 before Start.
+func (c *CommandTarget) PID() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.proc == nil {
+		return 0
+	}
+	return c.proc.PID()
 }
 
 // Exited implements harness.Target: nil before Start.

@@ -4,6 +4,9 @@ package procstat
 
 import (
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
 
 	"github.com/prometheus/procfs"
 )
@@ -64,4 +67,32 @@ func PeakRSSString() string {
 		return "unknown"
 	}
 	return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20))
+}
+
+// shells are the command names ExecutedPID looks through.
+var shells = map[string]bool{"sh": true, "dash": true, "bash": true}
+
+// ExecutedPID is the process a `/bin/sh -c LINE` with process id pid runs LINE as: pid itself
+// when the shell exec'd it (bash does for a simple command; dash, Debian's /bin/sh, does not) or
+// pid is no shell, else its only child, followed down while that is again a shell with one child
+// (/proc/<pid>/task/<pid>/children). A shell with no child or several is returned as it is: the
+// caller then measures the shell.
+func ExecutedPID(pid int) int {
+	for range 8 {
+		comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		if err != nil || !shells[strings.TrimSpace(string(comm))] {
+			return pid
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+		f := strings.Fields(string(b))
+		if err != nil || len(f) != 1 {
+			return pid
+		}
+		child, err := strconv.Atoi(f[0])
+		if err != nil {
+			return pid
+		}
+		pid = child
+	}
+	return pid
 }
