@@ -138,3 +138,21 @@ func TestAddressTargetAndTLS(t *testing.T) {
 		t.Error("a CA file without PEM was accepted")
 	}
 }
+
+// TestNewCommandTargetFlag: errors of a template given by another flag name that flag, at parse
+// time and at render time.
+func TestNewCommandTargetFlag(t *testing.T) {
+	if _, err := NewCommandTargetFlag("--command-target mine", "mine", "x {{.Nope}}"); err == nil || !strings.HasPrefix(err.Error(), "--command-target mine: ") {
+		t.Errorf("unknown field: %v, want an error naming --command-target mine", err)
+	}
+	if _, err := NewCommandTargetFlag("--command-target mine", "mine", " "); err == nil || !strings.HasPrefix(err.Error(), "--command-target mine: required") {
+		t.Errorf("empty template: %v, want an error naming --command-target mine", err)
+	}
+	c, err := NewCommandTargetFlag("--command-target mine", "mine", "epp --grpc-port {{.GRPCPort}}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inst := c.NewInstance().(*CommandTarget); inst.flag != "--command-target mine" || inst.PID() != 0 {
+		t.Errorf("instance flag %q, PID %d; want the flag kept and no PID before Start", inst.flag, inst.PID())
+	}
+}

@@ -1,9 +1,12 @@
 package procstat
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestProcstat(t *testing.T) {
@@ -28,4 +31,31 @@ func TestProcstat(t *testing.T) {
 	if f := strings.Fields(LoadAverageString()); len(f) != 3 {
 		t.Fatalf("LoadAverageString = %q, want three fields", LoadAverageString())
 	}
+}
+
+// TestExecutedPID starts `/bin/sh -c 'sleep 30; :'` (a line no shell execs) and expects the
+// sleep's pid, and a process that is no shell to be its own.
+func TestExecutedPID(t *testing.T) {
+	cmd := exec.Command("/bin/sh", "-c", "sleep 30; :")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	sh := cmd.Process.Pid
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		pid := ExecutedPID(sh)
+		if pid != sh {
+			comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+			if err != nil || strings.TrimSpace(string(comm)) != "sleep" {
+				t.Fatalf("ExecutedPID(%d) = %d (%q, %v), want the sleep", sh, pid, comm, err)
+			}
+			if ExecutedPID(pid) != pid {
+				t.Fatalf("ExecutedPID of the sleep is not itself")
+			}
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("ExecutedPID(%d) stayed the shell", sh)
 }
