@@ -28,7 +28,7 @@ func newBenchExtprocCommand() *cobra.Command {
 	mf := &matrixFlags{}
 	var e2e bool
 	cmd := &cobra.Command{
-		Use:   "extproc (--epp ADDR | --targets null,reference,upstream [--e2e]) (--rate R | --concurrency N) [--duration 10s]",
+		Use:   "extproc (--epp ADDR | --targets null,reference,upstream [--command-target NAME=TEMPLATE] [--e2e]) (--rate R | --concurrency N) [--duration 10s]",
 		Short: "Measure an EPP's decision latency over ext_proc (request headers + body → pick)",
 		Long: `Drive an EPP's ext_proc service directly (no gateway, no model servers needed beyond what the
 EPP scrapes): each decision sends request headers and a completions body in chunks and waits for
@@ -68,7 +68,16 @@ gateway stand-in, and sends the same load through the gateway to each: --e2e-str
 streams (default 150) of --e2e-body-bytes bodies (default 225280), closed loop, or --rate R open
 loop with at most --e2e-streams in flight. It prints end-to-end P50/P95/P99 (send → last byte of
 the response) per target and each target ÷ null (issue 34's goal: reference P99 ≤ 1.5);
---output writes the JSON.`,
+--output writes the JSON.
+
+Your own EPP: --command-target 'NAME=TEMPLATE' (repeatable; matrix and --e2e) starts it on each
+pool from a command template with the conformance command target's fields ({{.Endpoints}} the
+pool as ip:port,…; {{.GRPCPort}}, required, {{.HealthPort}}, {{.MetricsPort}} free ports;
+{{.Eppkit}}, {{.Seed}}, {{.LogDir}}; {{.Kubeconfig}}, {{.PoolName}}, {{.PoolNamespace}} for an
+InferencePool on a local kube-apiserver when there is no {{.Endpoints}}), waits for its gRPC health
+and an answered probe, and names its rows NAME (list NAME in --targets to place them), e.g.
+  --targets null,reference --command-target 'mine=/path/to/epp --endpoints {{.Endpoints}} --grpc-port {{.GRPCPort}} --grpc-health-port {{.HealthPort}}'
+docs/bench.md has the details.`,
 		Args:         cobra.NoArgs,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
