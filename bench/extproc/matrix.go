@@ -95,9 +95,33 @@ type MatrixOptions struct {
 	// the end-to-end mode like the built-in targets; Validate appends each name missing from
 	// Targets to it.
 	CommandTargets []CommandTarget
+	// AddressTargets are the user's EPPs already running (--address-target), measured like the
+	// others once they pick in the bench's pool; Validate appends each name missing from Targets.
+	// AddressWait bounds the wait for each to do so (default DefaultAddressWait).
+	AddressTargets []AddressTarget
+	AddressWait    time.Duration
 
-	commands map[string]*conftarget.CommandTarget // CommandTargets parsed by Validate
+	commands  map[string]*conftarget.CommandTarget // CommandTargets parsed by Validate
+	addresses map[string]AddressTarget             // AddressTargets by name, filled by Validate
 }
+
+// AddressTarget is a user's EPP that is already running (`bench extproc --address-target
+// NAME=HOST:PORT[,HEALTH_HOST:PORT]`): the bench starts nothing. Before each row it builds the
+// pool as usual, prints its endpoints (the {{.Endpoints}} form, ip:port,…) and writes them to
+// <log-dir>/<NAME>-<pages>-<n>.endpoints (--e2e: e2e-<NAME>-<n>.endpoints), and waits up to
+// AddressWait for the EPP at Address to answer gRPC health SERVING at Health and then to pick an
+// endpoint of that pool; the user (or a script watching the file) starts or repoints the EPP
+// meanwhile. Its CPU, scrape cost and RSS are not measured (no process id): those columns are 0
+// or -1.
+type AddressTarget struct {
+	// Name names the target's rows, as CommandTarget.Name.
+	Name string
+	// Address is the EPP's ext_proc host:port; Health its gRPC health host:port ("" = Address).
+	Address, Health string
+}
+
+// DefaultAddressWait is the default bound on the wait for an address target to pick in the pool.
+const DefaultAddressWait = 5 * time.Minute
 
 // CommandTarget is a user's own EPP (`bench extproc --command-target NAME=TEMPLATE`): the bench
 // starts it for each pool from Command, a text/template command line run by /bin/sh -c with the
@@ -138,18 +162,48 @@ func validCommandTargetName(name string) bool {
 	return true
 }
 
-// parseCommandTargets parses m.CommandTargets into m.commands and appends each name missing
-// from m.Targets; errors name --command-target and the target.
+// parseCommandTargets parses m.CommandTargets into m.commands and m.AddressTargets into
+// m.addresses, and appends each name missing from m.Targets; errors name --command-target or
+// --address-target and the target.
 func (m *MatrixOptions) parseCommandTargets() error {
 	m.commands = map[string]*conftarget.CommandTarget{}
-	for _, c := range m.CommandTargets {
+	m.addresses = map[string]AddressTarget{}
+	checkName := func(flag, name string) error {
+		_, isAddr := m.addresses[name]
 		switch {
-		case !validCommandTargetName(c.Name):
-			return fmt.Errorf("--command-target: name %q must be lower-case letters, digits, '.', '_' or '-'", c.Name)
-		case slices.Contains(builtinTargets, c.Name):
-			return fmt.Errorf("--command-target: %q is a built-in target; choose another name", c.Name)
-		case m.commands[c.Name] != nil:
-			return fmt.Errorf("--command-target: %q defined twice", c.Name)
+		case !validCommandTargetName(name):
+			return fmt.Errorf("%s: name %q must be lower-case letters, digits, '.', '_' or '-'", flag, name)
+		case slices.Contains(builtinTargets, name):
+			return fmt.Errorf("%s: %q is a built-in target; choose another name", flag, name)
+		case m.commands[name] != nil || isAddr:
+			return fmt.Errorf("%s: %q defined twice", flag, name)
+		}
+		return nil
+	}
+	for _, a := range m.AddressTargets {
+		if err := checkName("--address-target", a.Name); err != nil {
+			return err
+		}
+		if _, _, err := net.SplitHostPort(a.Address); err != nil {
+			return fmt.Errorf("--address-target %s: %q is not host:port", a.Name, a.Address)
+		}
+		if _, _, err := net.SplitHostPort(a.Health); a.Health != "" && err != nil {
+			return fmt.Errorf("--address-target %s: health address %q is not host:port", a.Name, a.Health)
+		}
+		m.addresses[a.Name] = a
+		if !slices.Contains(m.Targets, a.Name) {
+			m.Targets = append(m.Targets, a.Name)
+		}
+	}
+	if m.AddressWait == 0 {
+		m.AddressWait = DefaultAddressWait
+	}
+	if m.AddressWait < 0 {
+		return fmt.Errorf("--address-wait must not be negative, got %v", m.AddressWait)
+	}
+	for _, c := range m.CommandTargets {
+		if err := checkName("--command-target", c.Name); err != nil {
+			return err
 		}
 		flag := "--command-target " + c.Name
 		ct, err := conftarget.NewCommandTargetFlag(flag, c.Name, c.Command)
@@ -194,6 +248,9 @@ type MatrixCell struct {
 	ScrapeCPUUsPerEndpointSecond float64 `json:"scrape_cpu_us_per_endpoint_second"`
 	Report                       *Report `json:"report,omitempty"`
 	Error                        string  `json:"error,omitempty"`
+	// NoProcess is set when the bench does not know the EPP's process (an address target): its
+	// CPU, RSS and scrape cost are not measured, and its CPU is not read against the null floor.
+	NoProcess bool `json:"no_process,omitempty"`
 }
 
 // MatrixRatio compares the reference with the upstream EPP in one (endpoints, prompt) cell:
@@ -221,7 +278,8 @@ type MatrixOverFloor struct {
 	Rate               float64 `json:"rate,omitempty"`
 	P50Ms              float64 `json:"latency_p50_ms"`
 	P99Ms              float64 `json:"latency_p99_ms"`
-	CPUPerDecision     float64 `json:"epp_cpu_per_decision_ms"`
+	// CPUPerDecision is 0 for a target whose process is not known (MatrixCell.NoProcess).
+	CPUPerDecision float64 `json:"epp_cpu_per_decision_ms"`
 }
 
 // MatrixReport is the JSON result of a matrix run.
@@ -274,8 +332,8 @@ func (m *MatrixOptions) Validate() error {
 	}
 	seen := map[string]bool{}
 	for _, t := range m.Targets {
-		if !slices.Contains(builtinTargets, t) && m.commands[t] == nil {
-			return fmt.Errorf("--targets: %q is not %s, %s, %s, %s or a --command-target name", t, TargetReference, TargetUpstream, TargetLLMDRouter, TargetNull)
+		if _, isAddr := m.addresses[t]; !slices.Contains(builtinTargets, t) && m.commands[t] == nil && !isAddr {
+			return fmt.Errorf("--targets: %q is not %s, %s, %s, %s or a --command-target or --address-target name", t, TargetReference, TargetUpstream, TargetLLMDRouter, TargetNull)
 		}
 		if seen[t] {
 			return fmt.Errorf("--targets: %q listed twice", t)
@@ -549,14 +607,17 @@ func runMatrixRow(ctx context.Context, w io.Writer, m MatrixOptions, self string
 	if err := sleepCtx(ctx, m.Settle+2*m.RefreshInterval); err != nil {
 		return fail(err)
 	}
-	scrapeCost, err := scrapeCPU(ctx, p.pid(), n, max(scrapeWindow, scrapeWindowIntervals*m.RefreshInterval))
+	scrapeCost, err := -1.0, error(nil)
+	if p.proc.PID() > 0 {
+		scrapeCost, err = scrapeCPU(ctx, p.pid(), n, max(scrapeWindow, scrapeWindowIntervals*m.RefreshInterval))
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return fail(err)
 		}
 		fmt.Fprintf(w, "  %s: scrape cost not measured: %v\n", target, err)
 		scrapeCost = -1
-	} else {
+	} else if scrapeCost >= 0 {
 		fmt.Fprintf(w, "  %-9s %-9s %5d endpoints  scraping only: %.1f µs CPU per endpoint per second\n", target, pages, n, scrapeCost)
 	}
 	var cells []MatrixCell
@@ -570,7 +631,8 @@ func runMatrixRow(ctx context.Context, w io.Writer, m MatrixOptions, self string
 			o.EPP, o.PromptBytes, o.PID, o.Rate = p.grpcAddr, size, p.pid(), rate
 			o.Record = m.InferencePerfDir != ""
 			r, err := Run(ctx, o)
-			c := MatrixCell{Target: target, Pages: pages, Endpoints: n, PromptBytes: size, Rate: rate, Report: r, ScrapeCPUUsPerEndpointSecond: scrapeCost}
+			c := MatrixCell{Target: target, Pages: pages, Endpoints: n, PromptBytes: size, Rate: rate, Report: r, ScrapeCPUUsPerEndpointSecond: scrapeCost,
+				NoProcess: p.proc.PID() == 0}
 			if err == nil && r != nil {
 				err = ErrNoDecision(r)
 			}
@@ -700,10 +762,13 @@ func matrixOverNull(cells []MatrixCell) []MatrixOverFloor {
 		if c.Target == TargetNull || c.Report == nil || c.Error != "" || f == nil {
 			continue
 		}
-		out = append(out, MatrixOverFloor{Target: c.Target, Pages: c.Pages, Endpoints: c.Endpoints, PromptBytes: c.PromptBytes, Rate: c.Rate,
+		o := MatrixOverFloor{Target: c.Target, Pages: c.Pages, Endpoints: c.Endpoints, PromptBytes: c.PromptBytes, Rate: c.Rate,
 			DecisionsPerSecond: ratioOf(c.Report.DecisionsPerSec, f.DecisionsPerSec),
-			P50Ms:              c.Report.LatencyMs.P50 - f.LatencyMs.P50, P99Ms: c.Report.LatencyMs.P99 - f.LatencyMs.P99,
-			CPUPerDecision: c.Report.EPPCPUPerDecisionMs - f.EPPCPUPerDecisionMs})
+			P50Ms:              c.Report.LatencyMs.P50 - f.LatencyMs.P50, P99Ms: c.Report.LatencyMs.P99 - f.LatencyMs.P99}
+		if !c.NoProcess {
+			o.CPUPerDecision = c.Report.EPPCPUPerDecisionMs - f.EPPCPUPerDecisionMs
+		}
+		out = append(out, o)
 	}
 	return out
 }
@@ -769,6 +834,9 @@ func startTarget(ctx context.Context, w io.Writer, m MatrixOptions, self string,
 	grpcPort, healthPort, metricsPort := ports[0], ports[1], ports[2]
 	if ct := m.commands[target]; ct != nil {
 		return startCommandTarget(ctx, w, m, self, cp, ct, label, addrs, logPath, ports)
+	}
+	if at, ok := m.addresses[target]; ok {
+		return waitAddressTarget(ctx, w, m, at, addrs, logPath)
 	}
 	var p *eppProcess
 	switch target {
@@ -896,4 +964,42 @@ func startCommandTarget(ctx context.Context, w io.Writer, m MatrixOptions, self 
 		p.metricsURL = "http://" + ta.Metrics + "/metrics"
 	}
 	return p, nil
+}
+
+// addressRunner is an address target as an eppRunner: no process id (0), never exits, Stop does
+// nothing.
+type addressRunner struct{ *conftarget.AddressTarget }
+
+func (addressRunner) PID() int { return 0 }
+
+// waitAddressTarget prints the pool addrs for the already running EPP at, writes them to
+// logPath with ".endpoints" for ".log", and waits up to m.AddressWait for its gRPC health to
+// answer SERVING and then for a probe (harness.ProbePick) to pick an endpoint of addrs.
+func waitAddressTarget(ctx context.Context, w io.Writer, m MatrixOptions, at AddressTarget, addrs []string, logPath string) (*eppProcess, error) {
+	t, err := conftarget.NewAddressTarget(at.Address, at.Health)
+	if err != nil {
+		return nil, fmt.Errorf("--address-target %s: %w", at.Name, err)
+	}
+	pool := strings.Join(addrs, ",")
+	file := strings.TrimSuffix(logPath, ".log") + ".endpoints"
+	if err := os.WriteFile(file, []byte(pool+"\n"), 0o644); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(w, "  pool for %s (%d endpoints, also in %s): %s\n  waiting up to %v for the EPP at %s to pick in it…\n",
+		at.Name, len(addrs), file, pool, m.AddressWait, at.Address)
+	deadline := time.Now().Add(m.AddressWait)
+	ta, _ := t.Start(ctx, harness.TargetEnv{})
+	if err := harness.WaitReady(ctx, t, ta, harness.ReadyProbe{}, m.Bench.Model, addrs, m.AddressWait, 250*time.Millisecond); err != nil {
+		return nil, fmt.Errorf("--address-target %s: %w", at.Name, err)
+	}
+	last := errors.New("no probe")
+	for time.Now().Before(deadline) {
+		if _, last = harness.ProbePick(ctx, at.Address, nil, m.Bench.Model, addrs, 2*time.Second, false); last == nil {
+			return &eppProcess{proc: addressRunner{t}, grpcAddr: at.Address}, nil
+		}
+		if err := sleepCtx(ctx, 250*time.Millisecond); err != nil {
+			return nil, err
+		}
+	}
+	return nil, fmt.Errorf("--address-target %s: the EPP at %s did not pick in the pool within %v: %v", at.Name, at.Address, m.AddressWait, last)
 }

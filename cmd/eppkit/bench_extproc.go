@@ -171,11 +171,14 @@ docs/bench.md has the details.`,
 	fl.BoolVar(&asJSON, "json", false, "Print the report as JSON")
 	fl.StringVar(&reportFormat, "report-format", bench.ReportEppkit, "Reports: eppkit (the table or --json, always), inference-perf (also inference-perf's lifecycle JSON in --report-dir; a request is a decision)")
 	fl.StringVar(&reportDir, "report-dir", filepath.Join("out", "bench", "extproc", bench.InferencePerfDir), "Where --report-format inference-perf writes (matrix mode: one folder per cell)")
-	fl.StringVar(&mf.targets, "targets", "", "Matrix mode: EPPs to start and measure, comma-separated: reference, upstream (GIE v1.5.0), llmd-router (llm-d-router v0.10.0, its default config), null (the do-nothing floor) (excludes --epp)")
+	fl.StringVar(&mf.targets, "targets", "", "Matrix mode: EPPs to start and measure, comma-separated: reference, upstream (GIE v1.5.0), llmd-router (llm-d-router v0.10.0, its default config), null (the do-nothing floor), or a --command-target or --address-target name to place its rows (excludes --epp)")
 	// A repeatable NAME=TEMPLATE flag beside --targets rather than templates inside it: a
 	// template has spaces and commas of its own, and --targets stays the one ordered list of rows
 	// (a defined name it does not list is appended).
 	fl.StringArrayVar(&mf.commands, "command-target", nil, "Matrix and --e2e: your own EPP as a target, NAME=TEMPLATE (repeatable): the bench starts it on each pool from the command template, with the conformance command target's fields ({{.Eppkit}}, {{.Endpoints}} (the pool, ip:port,…), {{.GRPCPort}}, {{.HealthPort}}, {{.MetricsPort}}, {{.Seed}}, {{.LogDir}}; {{.Kubeconfig}}, {{.PoolName}}, {{.PoolNamespace}} for an InferencePool on a local kube-apiserver when the template has no {{.Endpoints}}), and names its rows NAME; NAME may also be listed in --targets to place it")
+	// The same NAME=VALUE shape as --command-target, for the same reasons.
+	fl.StringArrayVar(&mf.addresses, "address-target", nil, "Matrix and --e2e: your EPP already running, NAME=HOST:PORT[,HEALTH_HOST:PORT] (repeatable; health defaults to the ext_proc address): before each of its rows the bench prints the pool's endpoints (ip:port,…), writes them to <log-dir>/<NAME>-<pages>-<n>.endpoints and waits up to --address-wait for the EPP to answer health and pick in that pool; start or repoint it meanwhile. Its CPU and RSS are not measured")
+	fl.DurationVar(&mf.m.AddressWait, "address-wait", extproc.DefaultAddressWait, "With --address-target: how long to wait for the EPP to pick in each pool")
 	fl.StringVar(&mf.counts, "endpoint-counts", "10,100,1000", "Matrix mode: pool sizes, comma-separated")
 	fl.StringVar(&mf.pages, "metrics-pages", extproc.PagesMinimal, "Matrix mode: the endpoints' /metrics pages, comma-separated: minimal (a fake vLLM's gauge-only page, the same every scrape), realistic (a real vLLM v1 page: every family and histogram bucket, 2 engines, 4 LoRA adapters, about 300 KB, values changing every scrape)")
 	fl.StringVar(&mf.sizes, "prompt-sizes", "2048,32768", "Matrix mode: prompt lengths in bytes, comma-separated (overrides --prompt-bytes)")
@@ -210,7 +213,7 @@ func runBenchE2E(ctx context.Context, cmd *cobra.Command, o extproc.Options, mf 
 		}
 	}
 	if !mf.matrix() {
-		return badFlags("--e2e needs --targets or --command-target (null is added when missing)")
+		return badFlags("--e2e needs --targets, --command-target or --address-target (null is added when missing)")
 	}
 	m, err := mf.options(o)
 	if err != nil {
@@ -232,19 +235,32 @@ func runBenchE2E(ctx context.Context, cmd *cobra.Command, o extproc.Options, mf 
 	return extproc.ErrE2E(rep)
 }
 
-var errMatrixAndEPP = errors.New("--epp and --targets (or --command-target) cannot both be set: --epp measures a running EPP, --targets starts its own")
+var errMatrixAndEPP = errors.New("--epp and --targets (or --command-target, --address-target) cannot both be set: --epp measures a running EPP, --targets starts its own")
 
 // matrixFlags holds the raw flag values of the matrix mode.
 type matrixFlags struct {
 	targets, counts, sizes, pages, rates string
-	// commands are the --command-target values, NAME=TEMPLATE each.
-	commands []string
-	m        extproc.MatrixOptions
+	// commands are the --command-target values, NAME=TEMPLATE each; addresses the
+	// --address-target values, NAME=HOST:PORT[,HEALTH_HOST:PORT] each.
+	commands, addresses []string
+	m                   extproc.MatrixOptions
 }
 
-// matrix reports whether the flags ask for the matrix (or --e2e) mode: --targets or a
-// --command-target, which the bench starts itself.
-func (f *matrixFlags) matrix() bool { return f.targets != "" || len(f.commands) > 0 }
+// matrix reports whether the flags ask for the matrix (or --e2e) mode: --targets, a
+// --command-target or an --address-target.
+func (f *matrixFlags) matrix() bool {
+	return f.targets != "" || len(f.commands) > 0 || len(f.addresses) > 0
+}
+
+// parseAddressTarget splits an --address-target value NAME=HOST:PORT[,HEALTH_HOST:PORT].
+func parseAddressTarget(v string) (extproc.AddressTarget, error) {
+	name, addrs, ok := strings.Cut(v, "=")
+	if !ok {
+		return extproc.AddressTarget{}, fmt.Errorf("--address-target: %q is not NAME=HOST:PORT[,HEALTH_HOST:PORT]", v)
+	}
+	addr, health, _ := strings.Cut(addrs, ",")
+	return extproc.AddressTarget{Name: strings.TrimSpace(name), Address: strings.TrimSpace(addr), Health: strings.TrimSpace(health)}, nil
+}
 
 // parseCommandTarget splits a --command-target value NAME=TEMPLATE at its first '='.
 func parseCommandTarget(v string) (extproc.CommandTarget, error) {
@@ -265,6 +281,14 @@ func (f *matrixFlags) options(bench extproc.Options) (extproc.MatrixOptions, err
 			return m, err
 		}
 		m.CommandTargets = append(m.CommandTargets, c)
+	}
+	m.AddressTargets = nil
+	for _, v := range f.addresses {
+		a, err := parseAddressTarget(v)
+		if err != nil {
+			return m, err
+		}
+		m.AddressTargets = append(m.AddressTargets, a)
 	}
 	for _, t := range strings.Split(f.targets, ",") {
 		if t = strings.TrimSpace(t); t != "" {

@@ -1,13 +1,20 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/eppkit/eppkit/bench/extproc"
+	"github.com/eppkit/eppkit/conformance/harness"
 )
 
 // benchCommandTemplate is the user's-own-EPP template of the tests: eppkit's reference EPP,
@@ -110,7 +117,14 @@ func TestBenchExtprocCommandTargetFlagErrors(t *testing.T) {
 		{[]string{"--targets", "null,theirs", "--command-target", "mine=" + ok}, `--targets: "theirs"`},
 		{[]string{"--e2e", "--command-target", "mine=" + ok, "--command-target", "mine=" + ok}, `--command-target: "mine" defined twice`},
 		{[]string{"--e2e", "--command-target", "mine="}, "--command-target mine: required"},
-		{[]string{"--epp", "127.0.0.1:1", "--command-target", "mine=" + ok}, "--epp and --targets (or --command-target)"},
+		{[]string{"--epp", "127.0.0.1:1", "--command-target", "mine=" + ok}, "--epp and --targets (or --command-target"},
+		{[]string{"--address-target", "theirs=localhost"}, `--address-target theirs: "localhost" is not host:port`},
+		{[]string{"--address-target", "theirs=127.0.0.1:1,nope"}, `--address-target theirs: health address "nope"`},
+		{[]string{"--address-target", "theirs"}, "is not NAME=HOST:PORT"},
+		{[]string{"--address-target", "mine=127.0.0.1:1", "--command-target", "mine=" + ok}, `--command-target: "mine" defined twice`},
+		{[]string{"--address-target", "null=127.0.0.1:1"}, `--address-target: "null" is a built-in target`},
+		{[]string{"--address-target", "theirs=127.0.0.1:1", "--address-wait", "-1s"}, "--address-wait"},
+		{[]string{"--e2e", "--address-target", "theirs=:1:2"}, "--address-target theirs"},
 	} {
 		cmd := newBenchExtprocCommand()
 		cmd.SetArgs(append(tc.args, "--endpoint-counts", "2", "--log-dir", t.TempDir()))
@@ -124,5 +138,92 @@ func TestBenchExtprocCommandTargetFlagErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: error %v, want one naming %s", tc.args, err, tc.want)
 		}
+	}
+}
+
+// runWithAddressTarget runs the built eppkit with args plus an --address-target "theirs" on two
+// free ports and plays the user: once the bench writes the pool to endpointsFile, it starts
+// eppkit's reference-epp on those ports with that pool, a real process the bench did not start.
+// It returns the bench's output.
+func runWithAddressTarget(t *testing.T, endpointsFile string, args ...string) string {
+	t.Helper()
+	ports, err := harness.FreePorts(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	grpc, health := fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	bench := exec.CommandContext(ctx, eppkitBinary(t), append(args, "--address-target", "theirs="+grpc+","+health, "--address-wait", "2m")...)
+	bench.Stdout, bench.Stderr = &out, &out
+	if err := bench.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var pool []byte
+	for ctx.Err() == nil {
+		if pool, err = os.ReadFile(endpointsFile); err == nil && len(pool) > 0 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	epp := exec.CommandContext(ctx, eppkitBinary(t), "reference-epp", "--endpoints", strings.TrimSpace(string(pool)),
+		"--grpc-port", strconv.Itoa(ports[0]), "--grpc-health-port", strconv.Itoa(ports[1]), "--metrics-port", strconv.Itoa(ports[2]),
+		"--bind-address", "127.0.0.1", "--refresh-metrics-interval", "100ms", "--log-level", "warn")
+	if err := epp.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = epp.Process.Kill(); _ = epp.Wait() }()
+	if err := bench.Wait(); err != nil {
+		t.Fatalf("bench: %v\n%s", err, out.String())
+	}
+	return out.String()
+}
+
+// TestBenchExtprocAddressTarget runs the matrix and --e2e at a tiny size with an
+// --address-target whose EPP the test starts on the pool the bench printed: its rows must be
+// measured without errors, its CPU marked as not measured.
+func TestBenchExtprocAddressTarget(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds eppkit and starts EPPs")
+	}
+	logs := t.TempDir()
+	out := filepath.Join(t.TempDir(), "matrix.json")
+	text := runWithAddressTarget(t, filepath.Join(logs, "theirs-minimal-2.endpoints"), "bench", "extproc", "--targets", "null",
+		"--endpoint-counts", "2", "--prompt-sizes", "1024", "--rate", "20", "--arrival", "fixed", "--duration", "1s", "--warmup", "200ms",
+		"--settle", "0s", "--refresh-metrics-interval", "100ms", "--seed", "3", "--log-dir", logs, "--output", out)
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep extproc.MatrixReport
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Cells) != 2 || rep.Cells[1].Target != "theirs" {
+		t.Fatalf("cells %+v, want null then theirs\n%s", rep.Cells, text)
+	}
+	if c := rep.Cells[1]; c.Error != "" || c.Report == nil || c.Report.Decisions == 0 || c.Report.Errors != 0 || !c.NoProcess {
+		t.Fatalf("theirs: %+v; want decisions, no error, no process\n%s", c, text)
+	}
+	if !strings.Contains(text, "pool for theirs (2 endpoints") {
+		t.Errorf("output does not print the pool:\n%s", text)
+	}
+
+	logs = t.TempDir()
+	out = filepath.Join(t.TempDir(), "e2e.json")
+	text = runWithAddressTarget(t, filepath.Join(logs, "e2e-theirs-2.endpoints"), "bench", "extproc", "--e2e", "--e2e-streams", "4",
+		"--e2e-body-bytes", "2048", "--e2e-endpoints", "2", "--duration", "1s", "--warmup", "200ms", "--settle", "0s",
+		"--refresh-metrics-interval", "100ms", "--seed", "3", "--log-dir", logs, "--output", out)
+	if b, err = os.ReadFile(out); err != nil {
+		t.Fatal(err)
+	}
+	var e2e extproc.E2EReport
+	if err := json.Unmarshal(b, &e2e); err != nil {
+		t.Fatal(err)
+	}
+	if len(e2e.Results) != 2 || e2e.Results[1].Target != "theirs" || e2e.Results[1].Error != "" || e2e.Results[1].Requests == 0 ||
+		e2e.Results[1].Errors != 0 || e2e.Results[1].EndpointsUsed != 2 {
+		t.Fatalf("results %+v, want null then theirs with requests on both endpoints\n%s", e2e.Results, text)
 	}
 }
