@@ -77,7 +77,11 @@ pool as ip:port,…; {{.GRPCPort}}, required, {{.HealthPort}}, {{.MetricsPort}} 
 InferencePool on a local kube-apiserver when there is no {{.Endpoints}}), waits for its gRPC health
 and an answered probe, and names its rows NAME (list NAME in --targets to place them), e.g.
   --targets null,reference --command-target 'mine=/path/to/epp --endpoints {{.Endpoints}} --grpc-port {{.GRPCPort}} --grpc-health-port {{.HealthPort}}'
-docs/bench.md has the details.`,
+An EPP already running: --address-target 'NAME=HOST:PORT[,HEALTH_HOST:PORT]' (repeatable) starts
+nothing; before each of its rows the bench prints the pool (ip:port,…), writes it to
+<log-dir>/<NAME>-<pages>-<n>.endpoints (--e2e: e2e-<NAME>-<n>.endpoints) and waits up to
+--address-wait for the EPP to answer health and pick in that pool: start or repoint it meanwhile.
+Its CPU and RSS are not measured. docs/bench.md has the details.`,
 		Args:         cobra.NoArgs,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
