@@ -321,10 +321,11 @@ func ParseIntList(flag, s string, lo int) ([]int, error) {
 
 // Validate checks the matrix's own options (each error names its flag: --command-target (an
 // empty template, an unknown template field, a duplicate or built-in name, a template without
-// {{.GRPCPort}} or without a way to learn the pool), --targets, --metrics-pages,
+// {{.GRPCPort}} or without a way to learn the pool), --address-target (a name as for
+// --command-target, an address that is not host:port), --address-wait, --targets, --metrics-pages,
 // --endpoint-counts, --refresh-metrics-interval, --settle, and --upstream-epp when upstream is a
-// target) and fills the defaults: Pages (minimal) and UpstreamEPP (the tools cache's gie epp); it
-// appends the command targets missing from Targets. The per-cell load (Bench) is checked by
+// target) and fills the defaults: Pages (minimal), UpstreamEPP (the tools cache's gie epp) and
+// AddressWait; it appends the command and address targets missing from Targets. The per-cell load (Bench) is checked by
 // Options.Validate. RunMatrix calls it.
 func (m *MatrixOptions) Validate() error {
 	if err := m.parseCommandTargets(); err != nil {
