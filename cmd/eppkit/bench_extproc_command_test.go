@@ -15,6 +15,7 @@ import (
 
 	"github.com/eppkit/eppkit/bench/extproc"
 	"github.com/eppkit/eppkit/conformance/harness"
+	"github.com/eppkit/eppkit/internal/toolcache"
 )
 
 // benchCommandTemplate is the user's-own-EPP template of the tests: eppkit's reference EPP,
@@ -225,5 +226,38 @@ func TestBenchExtprocAddressTarget(t *testing.T) {
 	if len(e2e.Results) != 2 || e2e.Results[1].Target != "theirs" || e2e.Results[1].Error != "" || e2e.Results[1].Requests == 0 ||
 		e2e.Results[1].Errors != 0 || e2e.Results[1].EndpointsUsed != 2 {
 		t.Fatalf("results %+v, want null then theirs with requests on both endpoints\n%s", e2e.Results, text)
+	}
+}
+
+// TestBenchExtprocCommandTargetInferencePool: a --command-target whose template takes
+// {{.Kubeconfig}} and no {{.Endpoints}} discovers the pool from an InferencePool on the bench's
+// kube-apiserver (skipped without `eppkit tools build k8s`).
+func TestBenchExtprocCommandTargetInferencePool(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds eppkit and starts a kube-apiserver and an EPP")
+	}
+	if _, err := toolcache.Path("k8s", "kube-apiserver"); err != nil {
+		t.Skip(err)
+	}
+	out := filepath.Join(t.TempDir(), "matrix.json")
+	text := runBuiltEppkit(t, "bench", "extproc", "--command-target", `kube={{.Eppkit}} reference-epp --kubeconfig {{.Kubeconfig}} `+
+		`--pool-name {{.PoolName}} --pool-namespace {{.PoolNamespace}} --grpc-port {{.GRPCPort}} --grpc-health-port {{.HealthPort}} `+
+		`--bind-address 127.0.0.1 --refresh-metrics-interval 100ms --log-level warn`,
+		"--endpoint-counts", "2", "--prompt-sizes", "1024", "--rate", "20", "--arrival", "fixed", "--duration", "1s", "--warmup", "200ms",
+		"--settle", "1s", "--refresh-metrics-interval", "100ms", "--seed", "3", "--log-dir", t.TempDir(), "--output", out)
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep extproc.MatrixReport
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Cells) != 1 || rep.Cells[0].Target != "kube" || rep.Cells[0].Error != "" || rep.Cells[0].Report == nil ||
+		rep.Cells[0].Report.Decisions == 0 || rep.Cells[0].Report.Errors != 0 {
+		t.Fatalf("cells %+v, want kube's measured\n%s", rep.Cells, text)
+	}
+	if !strings.Contains(text, "creating InferencePool bench-kube-minimal-2 with 2 Pods") {
+		t.Errorf("output does not show the InferencePool:\n%s", text)
 	}
 }
