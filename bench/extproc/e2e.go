@@ -168,22 +168,9 @@ func RunE2E(ctx context.Context, w io.Writer, m MatrixOptions) (*E2EReport, erro
 	if err := m.ValidateE2E(); err != nil {
 		return nil, err
 	}
-	if m.LogDir == "" {
-		d, err := os.MkdirTemp("", "eppkit-bench-e2e-")
-		if err != nil {
-			return nil, err
-		}
-		m.LogDir = d
-	} else if err := os.MkdirAll(m.LogDir, 0o755); err != nil {
+	self, err := m.prepareRun("eppkit-bench-e2e-")
+	if err != nil {
 		return nil, err
-	}
-	self := m.Eppkit
-	if self == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			return nil, err
-		}
-		self = exe
 	}
 	o := m.Bench
 	rep := &E2EReport{Started: time.Now().UTC(), Streams: m.E2E.Streams, BodyBytes: m.E2E.BodyBytes, Endpoints: m.E2E.Endpoints,

@@ -470,27 +470,32 @@ func (p *eppProcess) waitReady(ctx context.Context, n int, timeout time.Duration
 	return fmt.Errorf("not ready after %v: %s", timeout, last)
 }
 
-// runMatrix runs every cell and prints one table; w gets progress lines and the table.
+// prepareRun makes m.LogDir (a new temporary directory named prefix* when it is empty) and returns
+// the eppkit binary that runs the null and reference EPPs: m.Eppkit, or this executable.
+func (m *MatrixOptions) prepareRun(prefix string) (string, error) {
+	if m.LogDir == "" {
+		d, err := os.MkdirTemp("", prefix)
+		if err != nil {
+			return "", err
+		}
+		m.LogDir = d
+	} else if err := os.MkdirAll(m.LogDir, 0o755); err != nil {
+		return "", err
+	}
+	if m.Eppkit != "" {
+		return m.Eppkit, nil
+	}
+	return os.Executable()
+}
+
+// RunMatrix runs every cell and prints one table; w gets progress lines and the table.
 func RunMatrix(ctx context.Context, w io.Writer, m MatrixOptions) (*MatrixReport, error) {
 	if err := m.Validate(); err != nil {
 		return nil, err
 	}
-	if m.LogDir == "" {
-		d, err := os.MkdirTemp("", "eppkit-bench-extproc-")
-		if err != nil {
-			return nil, err
-		}
-		m.LogDir = d
-	} else if err := os.MkdirAll(m.LogDir, 0o755); err != nil {
+	self, err := m.prepareRun("eppkit-bench-extproc-")
+	if err != nil {
 		return nil, err
-	}
-	self := m.Eppkit
-	if self == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			return nil, err
-		}
-		self = exe
 	}
 	rep := &MatrixReport{Started: time.Now().UTC(), DurationSeconds: m.Bench.Duration.Seconds(),
 		RefreshIntervalSeconds: m.RefreshInterval.Seconds()}
