@@ -242,7 +242,7 @@ func TestBenchExtprocCommandTargetInferencePool(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "matrix.json")
 	text := runBuiltEppkit(t, "bench", "extproc", "--command-target", `kube={{.Eppkit}} reference-epp --kubeconfig {{.Kubeconfig}} `+
 		`--pool-name {{.PoolName}} --pool-namespace {{.PoolNamespace}} --grpc-port {{.GRPCPort}} --grpc-health-port {{.HealthPort}} `+
-		`--bind-address 127.0.0.1 --refresh-metrics-interval 100ms --log-level warn`,
+		`--metrics-port {{.MetricsPort}} --bind-address 127.0.0.1 --refresh-metrics-interval 100ms --log-level warn`,
 		"--endpoint-counts", "2", "--prompt-sizes", "1024", "--rate", "20", "--arrival", "fixed", "--duration", "1s", "--warmup", "200ms",
 		"--settle", "1s", "--refresh-metrics-interval", "100ms", "--seed", "3", "--log-dir", t.TempDir(), "--output", out)
 	b, err := os.ReadFile(out)
