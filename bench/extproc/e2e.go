@@ -10,7 +10,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -213,15 +212,8 @@ func RunE2E(ctx context.Context, w io.Writer, m MatrixOptions) (*E2EReport, erro
 	}
 	rep.RatiosOverNull = E2ERatios(rep.Results)
 	PrintE2E(w, rep)
-	if m.Output != "" {
-		b, err := json.MarshalIndent(rep, "", "  ")
-		if err != nil {
-			return nil, err
-		}
-		if err := os.WriteFile(m.Output, append(b, '\n'), 0o644); err != nil {
-			return nil, fmt.Errorf("--output: %w", err)
-		}
-		fmt.Fprintf(w, "wrote %s\n", m.Output)
+	if err := writeOutput(w, m.Output, rep); err != nil {
+		return nil, err
 	}
 	return rep, nil
 }

@@ -470,6 +470,23 @@ func (p *eppProcess) waitReady(ctx context.Context, n int, timeout time.Duration
 	return fmt.Errorf("not ready after %v: %s", timeout, last)
 }
 
+// writeOutput writes report as indented JSON to path (--output; nothing when path is "") and says
+// so on w. A failed write is an error naming --output.
+func writeOutput(w io.Writer, path string, report any) error {
+	if path == "" {
+		return nil
+	}
+	b, err := json.MarshalIndent(report, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("--output: %w", err)
+	}
+	fmt.Fprintf(w, "wrote %s\n", path)
+	return nil
+}
+
 // prepareRun makes m.LogDir (a new temporary directory named prefix* when it is empty) and returns
 // the eppkit binary that runs the null and reference EPPs: m.Eppkit, or this executable.
 func (m *MatrixOptions) prepareRun(prefix string) (string, error) {
@@ -536,15 +553,8 @@ func RunMatrix(ctx context.Context, w io.Writer, m MatrixOptions) (*MatrixReport
 		}
 		fmt.Fprintf(w, "wrote %s\n", strings.Join(files, ", "))
 	}
-	if m.Output != "" {
-		b, err := json.MarshalIndent(rep, "", "  ")
-		if err != nil {
-			return nil, err
-		}
-		if err := os.WriteFile(m.Output, append(b, '\n'), 0o644); err != nil {
-			return nil, fmt.Errorf("--output: %w", err)
-		}
-		fmt.Fprintf(w, "wrote %s\n", m.Output)
+	if err := writeOutput(w, m.Output, rep); err != nil {
+		return nil, err
 	}
 	return rep, nil
 }
