@@ -231,6 +231,15 @@ func Run(ctx context.Context, f Options) error {
 	fmt.Fprintf(out, "upstream EPP v1.5.0 ready: ext_proc %s, metrics %s, predictor proxy %s (seed %d)\n",
 		suite.TargetAddress, suite.MetricsAddress, proxyURL, f.Seed)
 
+	// Each output token in a read of its own. v1.5.0 sends a training entry with a TPOT only for a
+	// stream whose tokens it saw arrive after the first; with the fleet's default latencies a
+	// 16-token stream mostly reaches it in one read (at edb65fa, 4 of 1,631 entries carried a TPOT
+	// and the 2-minute warm-up ran out in CI). 5 ms before the first token and between tokens
+	// keeps a request under 100 ms.
+	if err := setStreamLatency(suite, map[string]any{"time-to-first-token": "5ms", "inter-token-latency": "5ms"}); err != nil {
+		return harnessErr("%v", err)
+	}
+
 	send := func(i int) error {
 		body, _ := json.Marshal(map[string]any{
 			"model": suite.ModelName, "stream": true, "max_tokens": 16,
@@ -314,10 +323,9 @@ func Run(ctx context.Context, f Options) error {
 	// and the EPP must have used those predictions: its predicted-TTFT histogram grew and its mean
 	// is not the untrained prior. v1.5.0 records a predicted TTFT only for a response whose first
 	// token came before the end of the stream (requestcontrol_hooks.go, ResponseBody in
-	// streamingMode), so the count trails the requests — by how much depends on how the fake's
-	// stream is cut into reads (16 of 40 in a quiet-machine CI run, 40 of 40 under load): at least
-	// one recorded prediction is required, and their mean must not be the prior.
-	pass := predicts >= f.Requests && predictBad == 0 && dCount >= 1 &&
+	// streamingMode); with every token in a read of its own (setStreamLatency above) each request
+	// is recorded, so every one is required.
+	pass := predicts >= f.Requests && predictBad == 0 && dCount >= float64(f.Requests) &&
 		math.Abs(meanMS-float64(predictor.DefaultPriorTTFTms)) > 0.1*float64(predictor.DefaultPriorTTFTms)
 	verdict := "PASS"
 	if !pass {
@@ -386,4 +394,23 @@ func report(f Options, warm int, took time.Duration, posts, bad int, summary str
 	fmt.Fprintf(&b, "- %s.\n", summary)
 	b.WriteString("\nLogs (not committed): the EPP's `target.log`, `predictor.log` and the proxy's `predictor-requests.log` (one line per request: time, method, path, status) under `" + f.LogDir + "`.\n")
 	return b.String()
+}
+
+// setStreamLatency sets the latency keys on every fake of the suite's pool through its admin API
+// (harness.Suite.SetLatency, run under a harness.Recorder: its failure ends only the goroutine).
+// The fleet is torn down with the suite, so nothing is restored.
+func setStreamLatency(suite *harness.Suite, keys map[string]any) error {
+	rec := harness.NewRecorder("predictor-parity")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for _, a := range suite.Endpoints() {
+			suite.SetLatency(rec, a, keys)
+		}
+	}()
+	<-done
+	if r := rec.Record(); r.Failed {
+		return fmt.Errorf("set the fleet's latency: %s", r.FirstFailure)
+	}
+	return nil
 }
