@@ -46,7 +46,13 @@ func TestExecutedPID(t *testing.T) {
 	for time.Now().Before(deadline) {
 		pid := ExecutedPID(sh)
 		if pid != sh {
+			// The child may be read between its fork and its exec, when it is still a copy of
+			// the shell with no child: the same pid then becomes the sleep, so wait for that.
 			comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+			for err == nil && strings.TrimSpace(string(comm)) == "sh" && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond)
+				comm, err = os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+			}
 			if err != nil || strings.TrimSpace(string(comm)) != "sleep" {
 				t.Fatalf("ExecutedPID(%d) = %d (%q, %v), want the sleep", sh, pid, comm, err)
 			}
