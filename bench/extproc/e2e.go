@@ -402,48 +402,17 @@ func driveE2E(ctx context.Context, url string, o Options, e E2EOptions) (*E2ERes
 		t := time.AfterFunc(o.Warmup, func() { measure.Store(true) })
 		defer t.Stop()
 	}
-	var wg sync.WaitGroup
 	if o.Rate > 0 {
-		rng := rand.New(rand.NewPCG(o.Seed, 0x6170706c65))
-		var inflight atomic.Int64
-		next := time.Now()
-		for {
-			if o.Arrival == "fixed" {
-				next = next.Add(time.Duration(float64(time.Second) / o.Rate))
-			} else {
-				next = next.Add(time.Duration(rng.ExpFloat64() / o.Rate * float64(time.Second)))
+		openLoop(ctx, o.Seed, o.Rate, o.Arrival, end, e.Streams, func() {
+			if measure.Load() {
+				mu.Lock()
+				dropped++
+				mu.Unlock()
 			}
-			if next.After(end) || sleepCtx(ctx, time.Until(next)) != nil {
-				break
-			}
-			if inflight.Load() >= int64(e.Streams) {
-				if measure.Load() {
-					mu.Lock()
-					dropped++
-					mu.Unlock()
-				}
-				continue
-			}
-			inflight.Add(1)
-			wg.Add(1)
-			go func(at time.Time) {
-				defer wg.Done()
-				defer inflight.Add(-1)
-				one(at)
-			}(next)
-		}
+		}, one)
 	} else {
-		for range e.Streams {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for time.Now().Before(end) && ctx.Err() == nil {
-					one(time.Now())
-				}
-			}()
-		}
+		closedLoop(ctx, e.Streams, end, one)
 	}
-	wg.Wait()
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}

@@ -230,9 +230,15 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}()
 	}
 	if o.Rate > 0 {
-		r.openLoop(end)
+		openLoop(r.ctx, r.o.Seed, r.o.Rate, r.o.Arrival, end, r.o.MaxInflight, func() {
+			if r.measure.Load() {
+				r.mu.Lock()
+				r.dropped++
+				r.mu.Unlock()
+			}
+		}, r.decide)
 	} else {
-		r.closedLoop(end)
+		closedLoop(r.ctx, r.o.Concurrency, end, r.decide)
 	}
 	// CPU at the end of the window, before the streams are torn down.
 	var eppCPU1, selfCPU1 float64
@@ -302,37 +308,27 @@ func loadAverage() float64 {
 	return one
 }
 
-func (r *run) openLoop(end time.Time) {
-	rng := rand.New(rand.NewPCG(r.o.Seed, 0x6170706c65))
+// openLoop drives open-loop load: arrivals at rate req/s from now until end, exponential gaps
+// drawn from a PCG seeded with seed (Poisson arrivals), or equal gaps when arrival is "fixed". Each
+// arrival runs do(scheduled) in a goroutine of its own, unless maxInflight are running, when it
+// calls drop instead. It returns once ctx ends or end passes and every started do has returned.
+// RunOnce's decisions and RunE2E's requests share it.
+func openLoop(ctx context.Context, seed uint64, rate float64, arrival string, end time.Time, maxInflight int, drop func(), do func(scheduled time.Time)) {
+	rng := rand.New(rand.NewPCG(seed, 0x6170706c65))
 	var inflight atomic.Int64
 	var wg sync.WaitGroup
 	next := time.Now()
 	for {
-		if r.o.Arrival == "fixed" {
-			next = next.Add(time.Duration(float64(time.Second) / r.o.Rate))
+		if arrival == "fixed" {
+			next = next.Add(time.Duration(float64(time.Second) / rate))
 		} else {
-			next = next.Add(time.Duration(rng.ExpFloat64() / r.o.Rate * float64(time.Second)))
+			next = next.Add(time.Duration(rng.ExpFloat64() / rate * float64(time.Second)))
 		}
-		if next.After(end) {
+		if next.After(end) || sleepCtx(ctx, time.Until(next)) != nil {
 			break
 		}
-		if d := time.Until(next); d > 0 {
-			t := time.NewTimer(d)
-			select {
-			case <-t.C:
-			case <-r.ctx.Done():
-				t.Stop()
-			}
-		}
-		if r.ctx.Err() != nil {
-			break
-		}
-		if inflight.Load() >= int64(r.o.MaxInflight) {
-			if r.measure.Load() {
-				r.mu.Lock()
-				r.dropped++
-				r.mu.Unlock()
-			}
+		if inflight.Load() >= int64(maxInflight) {
+			drop()
 			continue
 		}
 		inflight.Add(1)
@@ -340,20 +336,22 @@ func (r *run) openLoop(end time.Time) {
 		go func(scheduled time.Time) {
 			defer wg.Done()
 			defer inflight.Add(-1)
-			r.decide(scheduled)
+			do(scheduled)
 		}(next)
 	}
 	wg.Wait()
 }
 
-func (r *run) closedLoop(end time.Time) {
+// closedLoop drives closed-loop load: n goroutines each call do(time.Now()) back to back until
+// end passes or ctx ends; it returns when all have returned.
+func closedLoop(ctx context.Context, n int, end time.Time, do func(scheduled time.Time)) {
 	var wg sync.WaitGroup
-	for range r.o.Concurrency {
+	for range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for time.Now().Before(end) && r.ctx.Err() == nil {
-				r.decide(time.Now())
+			for time.Now().Before(end) && ctx.Err() == nil {
+				do(time.Now())
 			}
 		}()
 	}
