@@ -312,7 +312,7 @@ func loadAverage() float64 {
 // drawn from a PCG seeded with seed (Poisson arrivals), or equal gaps when arrival is "fixed". Each
 // arrival runs do(scheduled) in a goroutine of its own, unless maxInflight are running, when it
 // calls drop instead. It returns once ctx ends or end passes and every started do has returned.
-// RunOnce's decisions and RunE2E's requests share it.
+// Run's decisions and RunE2E's requests share it.
 func openLoop(ctx context.Context, seed uint64, rate float64, arrival string, end time.Time, maxInflight int, drop func(), do func(scheduled time.Time)) {
 	rng := rand.New(rand.NewPCG(seed, 0x6170706c65))
 	var inflight atomic.Int64
