@@ -74,15 +74,23 @@ func SustainedRates(cells []MatrixCell, boundMs float64) []SustainedRow {
 }
 
 // LLMDRouterRatios reads the reference against llm-d-router at one pool and prompt size (issue
-// 34's goals): its highest sustained rate ÷ llm-d-router's, and its P95 at llm-d-router's highest
-// sustained rate ÷ llm-d-router's P95 there (0 when either is unknown).
+// 34's goals): its highest sustained rate ÷ llm-d-router's, and its P95 ÷ llm-d-router's P95 at
+// llm-d-router's highest sustained rate. When llm-d-router sustained no step of the ladder, the
+// rate ratio is the reference's highest sustained rate ÷ the ladder's lowest rate, a lower bound
+// (llm-d-router sustains less than that step; SustainedRateLowerBound), and the P95s are
+// compared at the lowest rate, where llm-d-router came closest. A ratio is 0 when a side is
+// unknown (the reference sustained nothing, or a cell is missing).
 type LLMDRouterRatios struct {
 	Pages              string  `json:"pages"`
 	Endpoints          int     `json:"endpoints"`
 	PromptBytes        int     `json:"prompt_bytes"`
 	SustainedRateRatio float64 `json:"sustained_rate_ratio"`
-	LLMDRouterMaxRate  float64 `json:"llmd_router_max_sustained_rate"`
-	P95RatioAtItsMax   float64 `json:"p95_ratio_at_llmd_router_max"`
+	// SustainedRateLowerBound: llm-d-router sustained no step, so SustainedRateRatio is "at least".
+	SustainedRateLowerBound bool    `json:"sustained_rate_ratio_is_lower_bound,omitempty"`
+	LLMDRouterMaxRate       float64 `json:"llmd_router_max_sustained_rate"`
+	// P95Rate is the offered rate (req/s) the P95s are compared at.
+	P95Rate          float64 `json:"p95_compared_at_rate"`
+	P95RatioAtItsMax float64 `json:"p95_ratio_at_llmd_router_max"`
 }
 
 // ReferenceOverLLMDRouter pairs the reference's and llm-d-router's ladders.
@@ -103,13 +111,22 @@ func ReferenceOverLLMDRouter(cells []MatrixCell, sustained []SustainedRow) []LLM
 			llmd[k] = s
 		}
 	}
-	p95At := func(target string, k k3, rate float64) float64 {
+	at := func(target string, k k3, rate float64) *Report {
 		for _, c := range cells {
 			if c.Target == target && c.Pages == k.pages && c.Endpoints == k.n && c.PromptBytes == k.size && c.Rate == rate && c.Report != nil {
-				return c.Report.LatencyMs.P95
+				return c.Report
 			}
 		}
-		return 0
+		return nil
+	}
+	lowest := func(k k3) float64 {
+		low := 0.0
+		for _, c := range cells {
+			if c.Target == TargetLLMDRouter && c.Pages == k.pages && c.Endpoints == k.n && c.PromptBytes == k.size && c.Rate > 0 && (low == 0 || c.Rate < low) {
+				low = c.Rate
+			}
+		}
+		return low
 	}
 	var out []LLMDRouterRatios
 	for _, k := range order {
@@ -117,10 +134,15 @@ func ReferenceOverLLMDRouter(cells []MatrixCell, sustained []SustainedRow) []LLM
 		if !ok {
 			continue
 		}
-		r := LLMDRouterRatios{Pages: k.pages, Endpoints: k.n, PromptBytes: k.size, LLMDRouterMaxRate: l.MaxRate,
+		r := LLMDRouterRatios{Pages: k.pages, Endpoints: k.n, PromptBytes: k.size, LLMDRouterMaxRate: l.MaxRate, P95Rate: l.MaxRate,
 			SustainedRateRatio: ratioOf(ref[k].MaxRate, l.MaxRate)}
-		if l.MaxRate > 0 {
-			r.P95RatioAtItsMax = ratioOf(p95At(TargetReference, k, l.MaxRate), l.P95Ms)
+		if l.MaxRate == 0 {
+			r.P95Rate = lowest(k)
+			r.SustainedRateRatio = ratioOf(ref[k].MaxRate, r.P95Rate)
+			r.SustainedRateLowerBound = r.SustainedRateRatio > 0
+		}
+		if rr, lr := at(TargetReference, k, r.P95Rate), at(TargetLLMDRouter, k, r.P95Rate); rr != nil && lr != nil {
+			r.P95RatioAtItsMax = ratioOf(rr.LatencyMs.P95, lr.LatencyMs.P95)
 		}
 		out = append(out, r)
 	}
@@ -140,11 +162,25 @@ func PrintOverhead(w io.Writer, rep *MatrixReport) {
 			s.DecisionsPerSec, s.P95Ms, s.EPPCPUPerDecisionMs, float64(s.EPPRSSBytes)/(1<<20))
 	}
 	if len(rep.RatiosReferenceLLMDRouter) > 0 {
-		fmt.Fprintf(w, "\nreference ÷ llm-d-router  %-9s %9s %8s %18s %22s\n", "pages", "endpoints", "prompt", "sustained rate", "P95 at its max rate")
+		fmt.Fprintf(w, "\nreference ÷ llm-d-router  %-9s %9s %8s %18s %10s %22s\n", "pages", "endpoints", "prompt", "sustained rate", "at rate/s", "P95 ratio there")
 		for _, r := range rep.RatiosReferenceLLMDRouter {
-			fmt.Fprintf(w, "%-24s  %-9s %9d %8d %18.2f %22.2f\n", "", r.Pages, r.Endpoints, r.PromptBytes, r.SustainedRateRatio, r.P95RatioAtItsMax)
+			fmt.Fprintf(w, "%-24s  %-9s %9d %8d %18s %10.0f %22.4g\n", "", r.Pages, r.Endpoints, r.PromptBytes, sustainedRatioText(r), r.P95Rate, r.P95RatioAtItsMax)
+		}
+		if slices.ContainsFunc(rep.RatiosReferenceLLMDRouter, func(r LLMDRouterRatios) bool { return r.SustainedRateLowerBound }) {
+			fmt.Fprintln(w, "(≥: llm-d-router sustained no step; the ratio is the reference's highest sustained rate ÷ the lowest step, and the P95s are compared at the lowest step)")
 		}
 	}
+}
+
+// sustainedRatioText is r's sustained-rate ratio, "≥ x" when it is a lower bound, "-" when unknown.
+func sustainedRatioText(r LLMDRouterRatios) string {
+	switch {
+	case r.SustainedRateLowerBound:
+		return fmt.Sprintf("≥ %.2f", r.SustainedRateRatio)
+	case r.SustainedRateRatio == 0:
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", r.SustainedRateRatio)
 }
 
 // WriteOverheadPlots draws, for every pool and prompt size, decision-latency P95 against the

@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -35,8 +36,54 @@ func TestSustainedRates(t *testing.T) {
 		t.Fatalf("ratios %+v", ratios)
 	}
 	rep := &MatrixReport{Cells: cells, P95BoundMs: 50, Sustained: rows, RatiosReferenceLLMDRouter: ratios}
+	var out strings.Builder
+	PrintOverhead(&out, rep)
+	if got := lastLineFields(out.String()); strings.Join(got, " ") != "minimal 100 2048 2.00 200 0.1" || strings.Contains(out.String(), "sustained no step") {
+		t.Fatalf("printed:\n%s", out.String())
+	}
 	files, err := WriteOverheadPlots(t.TempDir(), rep)
 	if err != nil || len(files) != 2 || filepath.Base(files[0]) != "overhead_p95_minimal_100ep_2048B.png" {
 		t.Fatalf("plots %v, %v", files, err)
 	}
+}
+
+// TestLLMDRouterSustainsNone: when llm-d-router sustains no step, the rate ratio is a lower bound
+// (the reference's highest sustained rate ÷ the lowest step), printed "≥", and the P95s are
+// compared at the lowest step; with the reference sustaining none too, the ratio is unknown.
+func TestLLMDRouterSustainsNone(t *testing.T) {
+	cells := []MatrixCell{
+		cell(TargetReference, 50, 50, 8, 0), cell(TargetReference, 2000, 1990, 9, 0),
+		cell(TargetLLMDRouter, 50, 50, 940, 0), cell(TargetLLMDRouter, 2000, 300, 4000, 12),
+	}
+	rows := SustainedRates(cells, 50)
+	ratios := ReferenceOverLLMDRouter(cells, rows)
+	want := LLMDRouterRatios{Pages: PagesMinimal, Endpoints: 100, PromptBytes: 2048, SustainedRateRatio: 40, SustainedRateLowerBound: true,
+		P95Rate: 50, P95RatioAtItsMax: 8.0 / 940}
+	if len(ratios) != 1 || ratios[0] != want {
+		t.Fatalf("ratios %+v, want %+v", ratios, want)
+	}
+	var out strings.Builder
+	PrintOverhead(&out, &MatrixReport{Cells: cells, P95BoundMs: 50, Sustained: rows, RatiosReferenceLLMDRouter: ratios})
+	if !strings.Contains(out.String(), "≥ 40.00") || !strings.Contains(out.String(), "0.008511") || !strings.Contains(out.String(), "llm-d-router sustained no step") {
+		t.Fatalf("printed:\n%s", out.String())
+	}
+
+	cells[1] = cell(TargetReference, 2000, 1000, 90, 0)
+	cells[0] = cell(TargetReference, 50, 50, 80, 0)
+	rows = SustainedRates(cells, 50)
+	ratios = ReferenceOverLLMDRouter(cells, rows)
+	if len(ratios) != 1 || ratios[0].SustainedRateRatio != 0 || ratios[0].SustainedRateLowerBound || ratios[0].P95Rate != 50 {
+		t.Fatalf("neither sustains: ratios %+v", ratios)
+	}
+	out.Reset()
+	PrintOverhead(&out, &MatrixReport{Cells: cells, P95BoundMs: 50, Sustained: rows, RatiosReferenceLLMDRouter: ratios})
+	if got := lastLineFields(out.String()); strings.Join(got, " ") != "minimal 100 2048 - 50 0.08511" || strings.Contains(out.String(), "sustained no step") {
+		t.Fatalf("printed:\n%s", out.String())
+	}
+}
+
+// lastLineFields is the fields of the last non-empty line of s.
+func lastLineFields(s string) []string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.Fields(lines[len(lines)-1])
 }
