@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -54,6 +55,36 @@ func Parse(r io.Reader) (Families, error) {
 		return nil, fmt.Errorf("parse the metrics page: %w", err)
 	}
 	return fams, nil
+}
+
+// Gather collects g (a prometheus.Registry, for one) into Families, for a test that reads a
+// registry in process instead of over HTTP.
+func Gather(g prometheus.Gatherer) (Families, error) {
+	mfs, err := g.Gather()
+	if err != nil {
+		return nil, err
+	}
+	out := make(Families, len(mfs))
+	for _, mf := range mfs {
+		out[mf.GetName()] = mf
+	}
+	return out, nil
+}
+
+// ByLabel adds the values of family name's series by the value of their label (a series without
+// it adds under ""): eppkit_epp_requests_total by "code", for one. Empty when the family is absent.
+func (f Families) ByLabel(name, label string) map[string]float64 {
+	out := map[string]float64{}
+	for _, m := range f[name].GetMetric() {
+		v := ""
+		for _, l := range m.GetLabel() {
+			if l.GetName() == label {
+				v = l.GetValue()
+			}
+		}
+		out[v] += Value(m)
+	}
+	return out
 }
 
 // Has reports whether the page has family name.

@@ -7,6 +7,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 const page = `# HELP eppkit_epp_pool_ready_endpoints Ready endpoints.
@@ -62,5 +64,30 @@ func TestGetAndSum(t *testing.T) {
 	}
 	if _, err := Parse(strings.NewReader("vllm:request_success_total{a=\"b\"} x\n")); err == nil {
 		t.Error("Parse accepted a malformed value")
+	}
+}
+
+// TestGatherByLabel: a registry gathered in process, a counter vector summed by one label (a
+// series without it under "").
+func TestGatherByLabel(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "x_total", Help: "x"}, []string{"code", "other"})
+	reg.MustRegister(c)
+	c.WithLabelValues("200", "a").Add(2)
+	c.WithLabelValues("200", "b").Add(3)
+	c.WithLabelValues("429", "a").Inc()
+	fams, err := Gather(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := fams.ByLabel("x_total", "code")
+	if len(got) != 2 || got["200"] != 5 || got["429"] != 1 {
+		t.Fatalf("by code %v, want 200: 5, 429: 1", got)
+	}
+	if got := fams.ByLabel("x_total", "missing"); got[""] != 6 {
+		t.Fatalf("by a label no series has %v, want \"\": 6", got)
+	}
+	if got := fams.ByLabel("absent", "code"); len(got) != 0 {
+		t.Fatalf("absent family %v, want empty", got)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/eppkit/eppkit/internal/promscrape"
 	"github.com/eppkit/eppkit/reference/director"
 	"github.com/eppkit/eppkit/reference/framework"
 	"github.com/eppkit/eppkit/reference/plugins"
@@ -19,24 +20,11 @@ import (
 // requestCounts reads eppkit_epp_requests_total by code label.
 func requestCounts(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
+	fams, err := promscrape.Gather(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]float64{}
-	for _, mf := range mfs {
-		if mf.GetName() != director.MetricRequests {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "code" {
-					out[l.GetValue()] += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return out
+	return fams.ByLabel(director.MetricRequests, "code")
 }
 
 // TestClientCancellationIsNotAServerError: a request whose context was cancelled (the client
