@@ -53,6 +53,7 @@ func TestReferenceEPPStartupErrors(t *testing.T) {
 		{[]string{"--endpoints", "127.0.0.1:18000", "--predictor-url", "localhost:8000"}, []string{"--predictor-url"}},
 		{[]string{"--endpoints", "127.0.0.1:18000", "--stale-threshold", "10ms", "--refresh-metrics-interval", "50ms"},
 			[]string{"--stale-threshold must be ≥ --refresh-metrics-interval"}},
+		{[]string{"--endpoints", "127.0.0.1:18000", "--max-buffered-body-bytes", "0"}, []string{"--max-buffered-body-bytes", "> 0"}},
 	}
 	for _, tc := range cases {
 		cmd := newReferenceEPPCommand()

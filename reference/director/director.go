@@ -291,6 +291,15 @@ type Result struct {
 // Destination returns Targets joined by commas, the value of the pick header and metadata.
 func (r *Result) Destination() string { return strings.Join(r.Targets, ",") }
 
+// Refused counts, in eppkit_epp_requests_total by StatusFor(err), a request the ext_proc server
+// refused before it could call HandleRequest (a body over its bounds, a request during the
+// drain), so the metric counts every request the EPP answered. Nothing happens without metrics.
+func (d *Director) Refused(err error) {
+	if d.obs != nil {
+		d.obs.observeRequest(StatusFor(err))
+	}
+}
+
 // HandleRequest runs one request up to and including PreRequest (SPEC §1):
 //
 //  1. parses the body (400 on malformed JSON, missing model, empty messages; see ParseBody);

@@ -13,9 +13,11 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/eppkit/eppkit/reference/datalayer"
 	"github.com/eppkit/eppkit/reference/discovery"
+	"github.com/eppkit/eppkit/reference/extproc"
 	"github.com/eppkit/eppkit/reference/framework"
 	"github.com/eppkit/eppkit/reference/modelrewrite"
 	"github.com/eppkit/eppkit/reference/plugins"
@@ -67,6 +69,9 @@ type Flags struct {
 	// EmitEndpointScores publishes every candidate's score with the pick
 	// (--emit-endpoint-scores; llm-d-router v0.10.0 pkg/epp/server/options.go).
 	EmitEndpointScores bool
+	// MaxBufferedBodyBytes bounds the request-body bytes held over all ext_proc streams
+	// (--max-buffered-body-bytes; extproc.Server.SetMaxBufferedBodyBytes), > 0.
+	MaxBufferedBodyBytes int64
 }
 
 // AddFlags binds f to fs with the reference EPP's flag names and defaults.
@@ -93,8 +98,39 @@ func (f *Flags) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&f.BindAddress, "bind-address", "", "address the listeners bind to (default: all interfaces)")
 	f.HA.AddFlags(fs)
 	fs.BoolVar(&f.EmitEndpointScores, "emit-endpoint-scores", false, "publish envoy.lb/x-gateway-destination-endpoint-scores (every candidate's score in the primary profile) with each pick, as llm-d-router v0.10.0's flag")
+	f.MaxBufferedBodyBytes = extproc.DefaultMaxBufferedBodyBytes
+	fs.Var(byteQuantity{&f.MaxBufferedBodyBytes}, "max-buffered-body-bytes", "bound of the request-body bytes held at once over every ext_proc stream (received, not yet sent back), a byte count or quantity (536870912, 512Mi, 1Gi); a request that would pass it is refused with 429, a body longer than it with 400")
 	fs.StringVar(&f.PredictorURL, "predictor-url", "", "base URL of an upstream-compatible latency predictor (eppkit predictor) that every predicted-latency-producer without predictionServerURLs uses instead of the in-process model")
 }
+
+// byteQuantity is an int64 flag of bytes written as a plain number or a Kubernetes quantity
+// (536870912, 512Mi, 1Gi, 500M; k8s.io/apimachinery resource.ParseQuantity, as llm-d-router
+// v0.10.0's flowControl.maxBytes): a plain number is decimal, so a leading zero does not make it
+// octal as pflag's Int64Var would. A fraction of a byte, or a number AsInt64 cannot hold (more
+// than 18 digits), is refused.
+type byteQuantity struct{ v *int64 }
+
+func (q byteQuantity) String() string {
+	if q.v == nil {
+		return ""
+	}
+	return resource.NewQuantity(*q.v, resource.BinarySI).String()
+}
+
+func (q byteQuantity) Set(s string) error {
+	qty, err := resource.ParseQuantity(s)
+	if err != nil {
+		return fmt.Errorf("want a byte count such as 536870912 or 512Mi, got %q", s)
+	}
+	n, ok := qty.AsInt64()
+	if !ok {
+		return fmt.Errorf("want a whole number of bytes of at most 18 digits (or a quantity such as 512Mi), got %q", s)
+	}
+	*q.v = n
+	return nil
+}
+
+func (q byteQuantity) Type() string { return "bytes" }
 
 // Logger returns a JSON logger to w at f.LogLevel; the error names --log-level.
 func (f *Flags) Logger(w io.Writer) (*slog.Logger, error) {
@@ -120,6 +156,9 @@ func (f *Flags) Options(logger *slog.Logger) (opts Options, pool *discovery.Pool
 	}
 	if f.GRPCPort == 0 {
 		return Options{}, nil, errors.New("--grpc-port: must be set (1–65535)")
+	}
+	if f.MaxBufferedBodyBytes <= 0 {
+		return Options{}, nil, fmt.Errorf("--max-buffered-body-bytes: must be > 0 bytes, got %d", f.MaxBufferedBodyBytes)
 	}
 	if f.PredictorURL != "" {
 		if u, err := url.Parse(f.PredictorURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -170,6 +209,7 @@ func (f *Flags) Options(logger *slog.Logger) (opts Options, pool *discovery.Pool
 		Config: cfg, Registry: reg, Discovery: src, Collector: collector,
 		GRPCAddr: addr(f.GRPCPort), HealthAddr: addr(f.GRPCHealthPort), MetricsAddr: addr(f.MetricsPort),
 		TLS: tlsCfg, Seed: f.Seed, Logger: logger, EmitEndpointScores: f.EmitEndpointScores,
+		MaxBufferedBodyBytes: f.MaxBufferedBodyBytes,
 	}
 	if rewrites != nil {
 		opts.ModelRewrites = rewrites

@@ -109,11 +109,13 @@ func (s *Server) drain(failed bool) (timedOut bool) {
 		"inFlight", s.extproc.InFlight(), "remaining", time.Until(deadline).Round(time.Millisecond))
 	t := time.NewTicker(healthInterval)
 	defer t.Stop()
-	for s.extproc.InFlight() > 0 && time.Now().Before(deadline) {
+	// Requests whose body is still arriving are waited for too: their body ends in a 503 refusal
+	// (extproc.Server.Receiving), not in a stream cut by the server's stop.
+	for s.extproc.InFlight()+s.extproc.Receiving() > 0 && time.Now().Before(deadline) {
 		<-t.C
 	}
-	if n := s.extproc.InFlight(); n > 0 {
-		s.logger.Warn("drain timeout: cutting the requests still in flight", "inFlight", n, "drainTimeout", s.opts.DrainTimeout)
+	if n, m := s.extproc.InFlight(), s.extproc.Receiving(); n+m > 0 {
+		s.logger.Warn("drain timeout: cutting the requests still in flight", "inFlight", n, "receivingBody", m, "drainTimeout", s.opts.DrainTimeout)
 		return true
 	}
 	s.logger.Info("drained: no request in flight", "after", time.Since(start).Round(time.Millisecond))
@@ -140,10 +142,21 @@ const inFlightHelp = "Requests this EPP scheduled whose response has not ended y
 // request, issue 33) or abandoned (the stream ended first). reference/extproc abort.go.
 const MetricResponses = "eppkit_epp_responses_total"
 
-// registerStreamMetrics registers the in-flight gauge and the response outcome counters.
+// MetricBufferedRequestBodyBytes is the gauge of request-body bytes the EPP holds over every
+// ext_proc stream [eppkit]: received and not yet sent back to the gateway; bounded by
+// --max-buffered-body-bytes (extproc.Server.SetMaxBufferedBodyBytes).
+const MetricBufferedRequestBodyBytes = "eppkit_epp_buffered_request_body_bytes"
+
+// registerStreamMetrics registers the in-flight and buffered-body gauges and the response
+// outcome counters.
 func (s *Server) registerStreamMetrics(reg prometheus.Registerer) error {
 	if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricInFlight, Help: inFlightHelp},
 		func() float64 { return float64(s.extproc.InFlight()) })); err != nil {
+		return err
+	}
+	if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricBufferedRequestBodyBytes,
+		Help: "Request-body bytes this EPP holds over every ext_proc stream (received, not yet sent back; bound --max-buffered-body-bytes)."},
+		func() float64 { return float64(s.extproc.BufferedBodyBytes()) })); err != nil {
 		return err
 	}
 	for _, o := range []string{extproc.OutcomeCompleted, extproc.OutcomeAborted, extproc.OutcomeAbandoned} {

@@ -117,6 +117,9 @@ type Options struct {
 	// EmitEndpointScores publishes envoy.lb / x-gateway-destination-endpoint-scores with every
 	// pick (extproc.Server.SetEmitEndpointScores).
 	EmitEndpointScores bool
+	// MaxBufferedBodyBytes bounds the request-body bytes held over all ext_proc streams
+	// (extproc.Server.SetMaxBufferedBodyBytes); 0 means extproc.DefaultMaxBufferedBodyBytes.
+	MaxBufferedBodyBytes int64
 }
 
 // ConfigError is returned by Start when the runtime cannot be built from Options.Config (a
@@ -295,6 +298,9 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	s.grpcSrv = grpc.NewServer(append(grpcOpts, grpc.NumStreamWorkers(extprocStreamWorkers))...)
 	s.extproc = extproc.NewServer(s.director, logger)
 	s.extproc.SetEmitEndpointScores(opts.EmitEndpointScores)
+	if opts.MaxBufferedBodyBytes > 0 {
+		s.extproc.SetMaxBufferedBodyBytes(opts.MaxBufferedBodyBytes)
+	}
 	extprocv3.RegisterExternalProcessorServer(s.grpcSrv, s.extproc)
 	healthpb.RegisterHealthServer(s.grpcSrv, s.health)
 	if s.healthLis != nil {

@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -9,6 +10,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 
 	"github.com/eppkit/eppkit/reference/director"
+	"github.com/eppkit/eppkit/reference/framework"
 )
 
 // Refusal of requests that reach an EPP after its drain stopped admitting new ones (SIGTERM, then
@@ -30,6 +32,16 @@ func (s *Server) StopAdmitting() { s.refusing.Store(true) }
 // InFlight is the number of requests the server scheduled whose response has not ended yet
 // (completed, failed or abandoned): what a drain waits for.
 func (s *Server) InFlight() int64 { return s.inflight.Load() }
+
+// errShuttingDown is a refusal after StopAdmitting, as the director's metrics count it (503).
+var errShuttingDown = fmt.Errorf("the endpoint picker is shutting down: %w", framework.ErrNoEndpoints)
+
+// Receiving is the number of requests whose headers arrived before StopAdmitting and whose body
+// is still arriving: not scheduled yet, so not InFlight. A drain waits for them too, so such a
+// body that ends after StopAdmitting is answered 503 rejected-shutting-down instead of having its
+// stream cut; requests that start after StopAdmitting are not counted, so a gateway that goes on
+// sending cannot hold the drain up to its timeout.
+func (s *Server) Receiving() int64 { return s.receiving.Load() }
 
 // shuttingDownResponse is the refusal of a request that arrived after StopAdmitting.
 func shuttingDownResponse() *extprocv3.ProcessingResponse {

@@ -15,11 +15,13 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/eppkit/eppkit/internal/promscrape"
 	"github.com/eppkit/eppkit/reference/director"
 	"github.com/eppkit/eppkit/reference/extproc"
 	"github.com/eppkit/eppkit/reference/framework"
@@ -166,12 +168,26 @@ type fixture struct {
 	ms     *fakeMetrics
 	hooks  *hooks
 	d      *director.Director
+	srv    *extproc.Server
+	prom   *prometheus.Registry // the director's metrics
+}
+
+// requestCounts reads eppkit_epp_requests_total by code label.
+func (f *fixture) requestCounts() map[string]float64 {
+	f.t.Helper()
+	fams, err := promscrape.Gather(f.prom)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return fams.ByLabel(director.MetricRequests, "code")
 }
 
 // newFixture starts the ext_proc server over bufconn with three endpoints (10.0.0.1:8000 queue 0,
 // 10.0.0.2:8000 queue 5, 10.0.0.3:8000 queue 5, all fresh), objectives "batch" = -1 and
 // "critical" = 10.
-func newFixture(t *testing.T) *fixture {
+//
+// Each configure func is applied to the extproc.Server before it serves.
+func newFixture(t *testing.T, configure ...func(*extproc.Server)) *fixture {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -202,13 +218,22 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := director.New(director.Options{Runtime: rt, Endpoints: src, Metrics: ms, Logger: logger})
+	prom := prometheus.NewRegistry()
+	obs, err := director.NewObserver(prom)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := director.New(director.Options{Runtime: rt, Endpoints: src, Metrics: ms, Logger: logger, Observer: obs})
 	if err != nil {
 		t.Fatal(err)
 	}
 	lis := bufconn.Listen(1 << 20)
 	gs := grpc.NewServer()
-	extprocv3.RegisterExternalProcessorServer(gs, extproc.NewServer(d, logger))
+	srv := extproc.NewServer(d, logger)
+	for _, c := range configure {
+		c(srv)
+	}
+	extprocv3.RegisterExternalProcessorServer(gs, srv)
 	go func() { _ = gs.Serve(lis) }()
 	t.Cleanup(gs.Stop)
 	conn, err := grpc.NewClient("passthrough:///bufconn",
@@ -218,7 +243,7 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	return &fixture{t: t, client: extprocv3.NewExternalProcessorClient(conn), rt: rt, src: src, ms: ms, hooks: h, d: d}
+	return &fixture{t: t, client: extprocv3.NewExternalProcessorClient(conn), rt: rt, src: src, ms: ms, hooks: h, d: d, srv: srv, prom: prom}
 }
 
 // stream is a scripted ext_proc client stream.

@@ -62,6 +62,9 @@ const (
 	BodyChunkLimit = 62000
 	// MaxRequestBodyBytes bounds a reassembled request body; a longer one is refused with 400.
 	MaxRequestBodyBytes = 64 << 20
+	// DefaultMaxBufferedBodyBytes is the default bound of the request-body bytes the server holds
+	// at once over all its streams (SetMaxBufferedBodyBytes): 512 MiB, eight of the largest body.
+	DefaultMaxBufferedBodyBytes = 512 << 20
 )
 
 // The request header mutation sets only the pick, Content-Length (when a body is sent) and a
@@ -82,6 +85,13 @@ type Server struct {
 	completed, aborted, abandoned atomic.Int64
 	// emitScores publishes DestinationEndpointScoresKey with every pick (SetEmitEndpointScores).
 	emitScores bool
+	// maxBodyBytes bounds bodyBytes, the request-body bytes held over all streams: received and
+	// not yet sent back (SetMaxBufferedBodyBytes, BufferedBodyBytes).
+	maxBodyBytes int64
+	bodyBytes    atomic.Int64
+	// receiving counts the requests whose headers arrived before StopAdmitting and whose body
+	// is still arriving (Receiving).
+	receiving atomic.Int64
 }
 
 // NewServer returns a Server that schedules with d. logger nil means slog.Default().
@@ -89,7 +99,42 @@ func NewServer(d *director.Director, logger *slog.Logger) *Server {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &Server{d: d, logger: logger}
+	return &Server{d: d, logger: logger, maxBodyBytes: DefaultMaxBufferedBodyBytes}
+}
+
+// SetMaxBufferedBodyBytes bounds the request-body bytes the server holds at once over all its
+// streams, from a body's first chunk until its last chunk has been sent back to the gateway
+// (default DefaultMaxBufferedBodyBytes; --max-buffered-body-bytes). A request whose chunk would
+// pass the bound stops being buffered at once (its bytes are released) and, when its body ends,
+// is refused with 429 ResourceExhausted and a message naming the bound; other requests go on.
+// Without it, a gateway streaming large bodies faster than they are scheduled grows the bodies
+// the EPP holds without limit. It caps those bodies, not gRPC's own buffers of concurrent
+// streams (docs/reference-epp.md, "Request bodies in memory"). n must be > 0.
+// Call it before serving.
+func (s *Server) SetMaxBufferedBodyBytes(n int64) { s.maxBodyBytes = n }
+
+// BufferedBodyBytes is the number of request-body bytes the server holds now (bytes received and
+// not yet sent back, over every stream).
+func (s *Server) BufferedBodyBytes() int64 { return s.bodyBytes.Load() }
+
+// reserveBody counts n more buffered bytes, or reports false and counts nothing when that would
+// pass the bound. The count never exceeds the bound, even for an instant.
+func (s *Server) reserveBody(n int64) bool {
+	for {
+		cur := s.bodyBytes.Load()
+		if cur+n > s.maxBodyBytes {
+			return false
+		}
+		if s.bodyBytes.CompareAndSwap(cur, cur+n) {
+			return true
+		}
+	}
+}
+
+// releaseBody drops r's buffered body and uncounts its bytes.
+func (s *Server) releaseBody(r *request) {
+	s.bodyBytes.Add(-r.held)
+	r.held, r.body = 0, nil
 }
 
 // SetEmitEndpointScores makes every pick's dynamic metadata carry
@@ -145,9 +190,12 @@ type request struct {
 	headers     map[string]string
 	subset      *director.Subset
 	body        []byte
-	waitingBody bool // headers arrived without end_of_stream and the body is not complete yet
-	headersEOS  bool // request_headers carried end_of_stream: no request body may follow
-	tooLarge    bool
+	held        int64            // bytes of body counted in Server.bodyBytes, until sent back or dropped
+	waitingBody bool             // headers arrived without end_of_stream and the body is not complete yet
+	receiving   bool             // counted in Server.receiving until the body phase ends
+	headersEOS  bool             // request_headers carried end_of_stream: no request body may follow
+	tooLarge    error            // the body is longer than any bound lets it be: refused 400 when it ends
+	overBudget  bool             // a chunk would have passed Server.maxBodyBytes: refused 429 when the body ends
 	res         *director.Result // set once scheduled
 	ended       bool             // refused, completed or abandoned: later messages of it are answered but not processed
 	served      string
@@ -194,7 +242,27 @@ func (st *stream) requestHeaders(msg *extprocv3.ProcessingRequest, h *extprocv3.
 		return st.schedule()
 	}
 	r.waitingBody = true
+	if !st.s.refusing.Load() {
+		// A drain waits for it (Receiving); one that starts after admission stopped is refused
+		// when its body ends and does not hold the drain up.
+		r.receiving = true
+		st.s.receiving.Add(1)
+	}
 	return nil
+}
+
+// endBody marks r's body phase over (complete, refused or abandoned) and reports whether it was
+// still open.
+func (st *stream) endBody(r *request) bool {
+	if r.receiving {
+		r.receiving = false
+		st.s.receiving.Add(-1)
+	}
+	if !r.waitingBody {
+		return false
+	}
+	r.waitingBody = false
+	return true
 }
 
 func (st *stream) requestBody(b *extprocv3.HttpBody) error {
@@ -207,11 +275,22 @@ func (st *stream) requestBody(b *extprocv3.HttpBody) error {
 	case !r.waitingBody:
 		return protocolError("request_body after the request body ended (end_of_stream or request_trailers already received)")
 	}
-	if !r.tooLarge {
-		if len(r.body)+len(b.GetBody()) > MaxRequestBodyBytes {
-			r.tooLarge, r.body = true, nil
-		} else {
+	if n := len(b.GetBody()); r.tooLarge == nil && !r.overBudget && n > 0 {
+		switch size := int64(len(r.body) + n); {
+		case size > MaxRequestBodyBytes:
+			r.tooLarge = fmt.Errorf("request body: longer than %d bytes: %w", MaxRequestBodyBytes, framework.ErrBadRequest)
+			st.s.releaseBody(r)
+		case size > st.s.maxBodyBytes:
+			// It could never fit, however idle the server: a 400, not a 429 to retry.
+			r.tooLarge = fmt.Errorf("request body: longer than the %d bytes the endpoint picker may hold (--max-buffered-body-bytes): %w",
+				st.s.maxBodyBytes, framework.ErrBadRequest)
+			st.s.releaseBody(r)
+		case !st.s.reserveBody(int64(n)):
+			r.overBudget = true
+			st.s.releaseBody(r)
+		default:
 			r.body = append(r.body, b.GetBody()...)
+			r.held += int64(n)
 		}
 	}
 	if b.GetEndOfStream() {
@@ -239,25 +318,33 @@ func (st *stream) requestTrailers() error {
 // response, then the body in chunks) or an ImmediateResponse.
 func (st *stream) schedule() error {
 	r := st.cur
-	bodyPhase := r.waitingBody // the gateway streams a body phase and expects it answered
-	r.waitingBody = false
+	bodyPhase := st.endBody(r) // the gateway streams a body phase and expects it answered
 	var (
 		res *director.Result
 		err error
 	)
 	if st.s.refusing.Load() {
 		// The EPP is draining and admits no new request (drain.go).
-		r.ended, r.body = true, nil
+		r.ended = true
+		st.s.releaseBody(r)
+		st.s.d.Refused(errShuttingDown)
 		st.s.logger.Info("ext_proc: request refused: shutting down", "requestID", r.headers[director.HeaderRequestID])
 		return st.srv.Send(shuttingDownResponse())
 	}
-	if r.tooLarge {
-		err = errTooLarge
-	} else {
+	switch {
+	case r.tooLarge != nil:
+		err = r.tooLarge
+	case r.overBudget:
+		err = fmt.Errorf("request body: the endpoint picker already holds its bound of %d bytes of request bodies in flight (--max-buffered-body-bytes): %w",
+			st.s.maxBodyBytes, framework.ErrShed)
+	default:
 		res, err = st.s.d.HandleRequest(st.ctx, &director.Input{Headers: r.headers, Body: r.body, Subset: r.subset})
 	}
-	r.body = nil
+	if res == nil && err != nil && (r.tooLarge != nil || r.overBudget) {
+		st.s.d.Refused(err) // HandleRequest, which counts every other outcome, never saw it
+	}
 	if err != nil {
+		st.s.releaseBody(r)
 		r.ended = true
 		if director.Cancelled(st.ctx, err) {
 			// The client (the gateway's stream) went away: not a server error, and there is no
@@ -294,6 +381,8 @@ func (st *stream) schedule() error {
 	}
 	st.s.logger.Debug("ext_proc: request routed", "requestID", res.Request.RequestID, "xRequestID", res.Request.XRequestID,
 		"destination", dest, "profile", res.PrimaryProfile)
+	// The body is held (and counted) until it has been sent back; the request keeps no copy.
+	defer func() { st.s.releaseBody(r); res.Body = nil }()
 	if res.Body == nil && !bodyPhase {
 		return nil
 	}
@@ -306,8 +395,6 @@ func (st *stream) schedule() error {
 	}
 	return nil
 }
-
-var errTooLarge = fmt.Errorf("request body: longer than %d bytes: %w", MaxRequestBodyBytes, framework.ErrBadRequest)
 
 func (st *stream) responseHeaders(h *extprocv3.HttpHeaders) error {
 	r := st.cur
@@ -410,11 +497,15 @@ func (st *stream) responseTrailers(tr *extprocv3.HttpTrailers) error {
 // it already).
 func (st *stream) complete(eos bool) {
 	r := st.cur
-	if r == nil || r.ended {
+	if r == nil {
+		return
+	}
+	st.s.releaseBody(r) // a body still arriving or not yet sent back
+	if r.ended {
 		return
 	}
 	r.ended = true
-	r.waitingBody = false
+	st.endBody(r)
 	if r.res == nil {
 		return
 	}

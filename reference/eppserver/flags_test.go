@@ -1,0 +1,36 @@
+package eppserver
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+
+	"github.com/eppkit/eppkit/reference/extproc"
+)
+
+// TestMaxBufferedBodyBytesFlag: --max-buffered-body-bytes takes a decimal byte count (a leading
+// zero is not octal) or a Kubernetes quantity, defaults to extproc.DefaultMaxBufferedBodyBytes,
+// and refuses fractions, hexadecimal and garbage naming the flag.
+func TestMaxBufferedBodyBytesFlag(t *testing.T) {
+	parse := func(args ...string) (int64, error) {
+		var f Flags
+		fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+		f.AddFlags(fs)
+		err := fs.Parse(args)
+		return f.MaxBufferedBodyBytes, err
+	}
+	if n, err := parse(); err != nil || n != extproc.DefaultMaxBufferedBodyBytes {
+		t.Fatalf("default: %d, %v; want %d", n, err, extproc.DefaultMaxBufferedBodyBytes)
+	}
+	for in, want := range map[string]int64{"010": 10, "536870912": 536870912, "512Mi": 512 << 20, "1Gi": 1 << 30, "500M": 500_000_000, "1e6": 1_000_000} {
+		if n, err := parse("--max-buffered-body-bytes=" + in); err != nil || n != want {
+			t.Errorf("%q: %d, %v; want %d", in, n, err, want)
+		}
+	}
+	for _, in := range []string{"1.5", "0x400", "abc", "", "99999999999999999999"} {
+		if _, err := parse("--max-buffered-body-bytes=" + in); err == nil || !strings.Contains(err.Error(), "--max-buffered-body-bytes") {
+			t.Errorf("%q: err %v, want an error naming --max-buffered-body-bytes", in, err)
+		}
+	}
+}
