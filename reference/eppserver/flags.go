@@ -106,9 +106,14 @@ func (f *Flags) AddFlags(fs *pflag.FlagSet) {
 // byteQuantity is an int64 flag of bytes written as a plain number or a Kubernetes quantity
 // (536870912, 512Mi, 1Gi, 500M; k8s.io/apimachinery resource.ParseQuantity, as llm-d-router
 // v0.10.0's flowControl.maxBytes): a plain number is decimal, so a leading zero does not make it
-// octal as pflag's Int64Var would. A fraction of a byte, or a number AsInt64 cannot hold (more
-// than 18 digits), is refused.
+// octal as pflag's Int64Var would. The forms are Kubernetes' (a decimal suffix k, M, G, T, P, E, a
+// binary one Ki … Ei, an exponent 1e3); a fraction of a byte (1.5, 100m) or more than
+// maxByteQuantity is refused, each with its own message.
 type byteQuantity struct{ v *int64 }
+
+// maxByteQuantity is the largest byteQuantity: 18 digits, all that resource.Quantity.AsInt64
+// converts (it refuses some 19-digit values an int64 could hold).
+var maxByteQuantity = resource.MustParse("999999999999999999")
 
 func (q byteQuantity) String() string {
 	if q.v == nil {
@@ -123,8 +128,12 @@ func (q byteQuantity) Set(s string) error {
 		return fmt.Errorf("want a byte count such as 536870912 or 512Mi, got %q", s)
 	}
 	n, ok := qty.AsInt64()
-	if !ok {
-		return fmt.Errorf("want a whole number of bytes of at most 18 digits (or a quantity such as 512Mi), got %q", s)
+	switch {
+	case ok:
+	case qty.Cmp(maxByteQuantity) > 0:
+		return fmt.Errorf("want at most %s bytes (18 digits), got %q", maxByteQuantity.String(), s)
+	default: // up to 18 digits, AsInt64 refuses only a fraction (100m, 1.5, 1.5Ki)
+		return fmt.Errorf("want a whole number of bytes, got %q, a fraction of a byte", s)
 	}
 	*q.v = n
 	return nil

@@ -11,7 +11,7 @@ import (
 
 // TestMaxBufferedBodyBytesFlag: --max-buffered-body-bytes takes a decimal byte count (a leading
 // zero is not octal) or a Kubernetes quantity, defaults to extproc.DefaultMaxBufferedBodyBytes,
-// and refuses fractions, hexadecimal and garbage naming the flag.
+// and refuses fractions, values over 18 digits, hexadecimal and garbage naming the flag and why.
 func TestMaxBufferedBodyBytesFlag(t *testing.T) {
 	parse := func(args ...string) (int64, error) {
 		var f Flags
@@ -28,9 +28,18 @@ func TestMaxBufferedBodyBytesFlag(t *testing.T) {
 			t.Errorf("%q: %d, %v; want %d", in, n, err, want)
 		}
 	}
-	for _, in := range []string{"1.5", "0x400", "abc", "", "99999999999999999999"} {
-		if _, err := parse("--max-buffered-body-bytes=" + in); err == nil || !strings.Contains(err.Error(), "--max-buffered-body-bytes") {
-			t.Errorf("%q: err %v, want an error naming --max-buffered-body-bytes", in, err)
+	for in, why := range map[string]string{
+		"0x400": "want a byte count", "abc": "want a byte count", "": "want a byte count", "1K": "want a byte count",
+		"1.5": "a fraction of a byte", "100m": "a fraction of a byte", "1.5Ki": "a fraction of a byte",
+		"99999999999999999999": "at most 999999999999999999 bytes", "1Ei": "at most 999999999999999999 bytes",
+		"9223372036854775807": "at most 999999999999999999 bytes",
+	} {
+		_, err := parse("--max-buffered-body-bytes=" + in)
+		if err == nil || !strings.Contains(err.Error(), "--max-buffered-body-bytes") || !strings.Contains(err.Error(), why) {
+			t.Errorf("%q: err %v, want an error naming --max-buffered-body-bytes that says %q", in, err, why)
 		}
+	}
+	if n, err := parse("--max-buffered-body-bytes=999999999999999999"); err != nil || n != 999999999999999999 {
+		t.Errorf("the largest value: %d, %v", n, err)
 	}
 }

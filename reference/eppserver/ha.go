@@ -98,7 +98,11 @@ func (s *Server) drain(failed bool) (timedOut bool) {
 	if failed {
 		handover = 0
 	}
-	s.logger.Info("draining: readiness NOT_SERVING, lease released", "handover", handover, "drainTimeout", s.opts.DrainTimeout,
+	msg := "draining: readiness NOT_SERVING"
+	if s.opts.Leader != nil {
+		msg += ", lease released"
+	}
+	s.logger.Info(msg, "handover", handover.String(), "drainTimeout", s.opts.DrainTimeout.String(),
 		"inFlight", s.extproc.InFlight())
 	if handover > 0 {
 		timer := time.NewTimer(min(handover, s.opts.DrainTimeout))
@@ -106,7 +110,7 @@ func (s *Server) drain(failed bool) (timedOut bool) {
 	}
 	s.extproc.StopAdmitting()
 	s.logger.Info("draining: new requests refused (503 rejected-shutting-down); waiting for the requests in flight",
-		"inFlight", s.extproc.InFlight(), "remaining", time.Until(deadline).Round(time.Millisecond))
+		"inFlight", s.extproc.InFlight(), "remaining", time.Until(deadline).Round(time.Millisecond).String())
 	t := time.NewTicker(healthInterval)
 	defer t.Stop()
 	// Requests whose body is still arriving are waited for too: their body ends in a 503 refusal
@@ -115,10 +119,10 @@ func (s *Server) drain(failed bool) (timedOut bool) {
 		<-t.C
 	}
 	if n, m := s.extproc.InFlight(), s.extproc.Receiving(); n+m > 0 {
-		s.logger.Warn("drain timeout: cutting the requests still in flight", "inFlight", n, "receivingBody", m, "drainTimeout", s.opts.DrainTimeout)
+		s.logger.Warn("drain timeout: cutting the requests still in flight", "inFlight", n, "receivingBody", m, "drainTimeout", s.opts.DrainTimeout.String())
 		return true
 	}
-	s.logger.Info("drained: no request in flight", "after", time.Since(start).Round(time.Millisecond))
+	s.logger.Info("drained: no request in flight", "after", time.Since(start).Round(time.Millisecond).String())
 	return false
 }
 

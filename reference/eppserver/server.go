@@ -298,9 +298,11 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	s.grpcSrv = grpc.NewServer(append(grpcOpts, grpc.NumStreamWorkers(extprocStreamWorkers))...)
 	s.extproc = extproc.NewServer(s.director, logger)
 	s.extproc.SetEmitEndpointScores(opts.EmitEndpointScores)
+	maxBody := int64(extproc.DefaultMaxBufferedBodyBytes)
 	if opts.MaxBufferedBodyBytes > 0 {
-		s.extproc.SetMaxBufferedBodyBytes(opts.MaxBufferedBodyBytes)
+		maxBody = opts.MaxBufferedBodyBytes
 	}
+	s.extproc.SetMaxBufferedBodyBytes(maxBody)
 	extprocv3.RegisterExternalProcessorServer(s.grpcSrv, s.extproc)
 	healthpb.RegisterHealthServer(s.grpcSrv, s.health)
 	if s.healthLis != nil {
@@ -347,7 +349,8 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	}
 	go s.watchHealth(runCtx)
 	logger.Info("reference EPP serving", "grpc", s.grpcLis.Addr().String(), "health", addrString(s.healthLis),
-		"metrics", addrString(s.metricsLis), "tls", opts.TLS != nil, "profiles", rt.ProfileNames())
+		"metrics", addrString(s.metricsLis), "tls", opts.TLS != nil, "profiles", rt.ProfileNames(),
+		"maxBufferedBodyBytes", maxBody)
 
 	go func() {
 		<-stopCtx.Done()
